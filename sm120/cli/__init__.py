@@ -1,0 +1,1 @@
+"""The `sm120` command line: one module per command group, registered in app.py."""

@@ -1,0 +1,41 @@
+"""Root of the `sm120` command. Command modules import their heavy dependencies inside the
+command bodies so `sm120 --help` stays fast."""
+
+from __future__ import annotations
+
+import typer
+
+from sm120 import __version__
+from sm120.cli import launch, recipes, validate
+
+app = typer.Typer(
+    name="sm120",
+    help="Serve frontier-size open models on NVIDIA SM120/SM121 Blackwell workstations.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sm120 {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Serve frontier-size open models on NVIDIA SM120/SM121 Blackwell workstations."""
+
+
+app.add_typer(recipes.app, name="recipes")
+launch.register(app)
+validate.register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,35 @@
+"""Map errors to one line on stderr and exit code 2, in one place."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from sm120.errors import SM120Error
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def report(exc: SM120Error) -> None:
+    sys.stderr.write(f"Error: {exc.one_line()}\n")
+
+
+def cli_errors(func: F) -> F:
+    """Turn SM120Error into the one-line message; full tracebacks only with SM120_DEBUG=1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SM120Error as exc:
+            if os.environ.get("SM120_DEBUG") == "1":
+                raise
+            report(exc)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]

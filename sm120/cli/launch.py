@@ -1,0 +1,88 @@
+"""`sm120 launch NAME`: resolve, check, and (without --dry-run) serve."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+
+from sm120.cli.errors import cli_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("launch")(launch)
+
+
+def _request(
+    name: str,
+    variant: list[str],
+    sets: list[str],
+    model_dir: str | None,
+    port: int | None,
+    host: str | None,
+    force: list[str],
+    env_file: Path | None,
+    no_think: bool,
+) -> object:
+    from sm120.dotenv import read_dotenv
+    from sm120.plan import PlanRequest
+
+    dotenv_path = env_file or (Path(".env") if Path(".env").is_file() else None)
+    return PlanRequest(
+        recipe=name,
+        variants=tuple(v.strip() for item in variant for v in item.split(",") if v.strip()),
+        sets=tuple(sets),
+        model_dir=model_dir,
+        port=port,
+        host=host,
+        thinking=False if no_think else None,
+        force=tuple(force),
+        dotenv=read_dotenv(dotenv_path) if dotenv_path else {},
+        environ=dict(os.environ),
+    )
+
+
+@cli_errors
+def launch(
+    name: str = typer.Argument(..., help="Recipe to serve, e.g. glm52 (see 'sm120 recipes')."),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
+    sets: list[str] = typer.Option(
+        [], "--set", help="KEY=VALUE: an engine flag without dashes or a recipe key."
+    ),
+    model_dir: str | None = typer.Option(None, "--model-dir", help="Checkpoint folder."),
+    port: int | None = typer.Option(None, "--port", help="Port (default: the recipe's)."),
+    host: str | None = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
+    force: list[str] = typer.Option([], "--force", help="Skip a rule by id (recorded)."),
+    env_file: Path | None = typer.Option(None, "--env-file", help="A .env file (default ./.env)."),
+    no_think: bool = typer.Option(False, "--no-think", help="Reasoning off (recipe allowing)."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Check against N GPUs, not detected."),
+    arch: str | None = typer.Option(None, "--arch", help="Check against this arch (sm_120)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+) -> None:
+    """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
+    from sm120.checks import checked_plan, plan_document
+    from sm120.hardware import declared
+
+    request = _request(name, variant, sets, model_dir, port, host, force, env_file, no_think)
+    checked = checked_plan(request, declared(gpus, arch))  # type: ignore[arg-type]
+    if dry_run:
+        if as_json:
+            typer.echo(json.dumps(plan_document(checked), indent=2))
+        else:
+            from sm120.cli.present import show_plan
+
+            show_plan(checked)
+        if checked.failed:
+            raise typer.Exit(1)
+        return
+    checked.raise_on_failure()
+    raise typer.Exit(_serve(checked))
+
+
+def _serve(checked: object) -> int:
+    from sm120.errors import SM120Error
+
+    raise SM120Error("serving is not wired yet", "use --dry-run")

@@ -1,0 +1,148 @@
+"""How plans and recipes look on a terminal (rich; honours NO_COLOR)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sm120.checks import CheckedPlan
+from sm120.recipe.loader import load_recipe, recipe_names
+from sm120.render.argv import render_argv
+from sm120.render.environment import render_env
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "forced": "magenta"}
+
+
+def _baseline_text(recipe_name: str) -> str:
+    baseline = load_recipe(recipe_name).baseline
+    if baseline is None:
+        return "-"
+    parts = []
+    if baseline.decode_tps:
+        parts.append(f"{baseline.decode_tps:g} tok/s decode")
+    if baseline.max_context:
+        parts.append(f"{baseline.max_context:,} ctx")
+    if baseline.kv_pool_tokens and not parts:
+        parts.append(f"{baseline.kv_pool_tokens:,}-token KV pool")
+    return ", ".join(parts) or "-"
+
+
+def recipe_rows() -> list[dict[str, Any]]:
+    rows = []
+    for name in recipe_names():
+        recipe = load_recipe(name)
+        revision = recipe.model.revision
+        rows.append(
+            {
+                "name": name,
+                "model": recipe.model.repo or f"generated ({recipe.model.generated})",
+                "revision": revision[:10]
+                if revision
+                else ("local" if recipe.model.generated else "unpinned"),
+                "engine": recipe.engine,
+                "gpus": recipe.hardware.gpus,
+                "hardware": ", ".join(recipe.hardware.compute_caps),
+                "baseline": _baseline_text(name),
+                "variants": list(recipe.variants),
+            }
+        )
+    return rows
+
+
+def recipes_table(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="sm120 recipes")
+    for column in ("name", "model", "engine", "GPUs", "validated on", "baseline", "variants"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["name"],
+            f"{row['model']} @ {row['revision']}",
+            row["engine"],
+            str(row["gpus"]),
+            row["hardware"],
+            row["baseline"],
+            ", ".join(row["variants"]) or "-",
+        )
+    Console().print(table)
+
+
+def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
+    plan = checked.plan
+    argv = render_argv(plan)
+    lines: list[tuple[str, str]] = [(shlex.join(argv[:5]), "")]
+    index = 5
+    while index < len(argv):
+        token = argv[index]
+        value = (
+            argv[index + 1]
+            if index + 1 < len(argv) and not argv[index + 1].startswith("--")
+            else None
+        )
+        text = f"  {token} {shlex.quote(value)}" if value is not None else f"  {token}"
+        lines.append((text, plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        index += 2 if value is not None else 1
+    return lines
+
+
+def show_plan(checked: CheckedPlan) -> None:
+    plan = checked.plan
+    console = Console()
+    variants = ", ".join(plan.variants) or "default"
+    console.print(f"[bold]{plan.recipe}[/bold] ({variants}): {plan.title}")
+    console.print(f"image     {plan.image_ref}  [dim]({plan.image.build})[/dim]")
+    revision = plan.model.revision or ("local" if plan.model.generated else "unpinned")
+    console.print(
+        f"model     {plan.model.repo or 'generated'} @ {revision}"
+        f"  dir: {plan.model_dir or '(hub cache)'}"
+    )
+    console.print(f"endpoint  http://{plan.host}:{plan.port}/v1  model={plan.model.served_name}")
+    console.print(
+        f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
+    )
+    console.print(f"plan      {plan.plan_hash}")
+    console.print("\n[bold]command[/bold]")
+    for text, why in _flag_lines(checked):
+        console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
+    env = render_env(plan)
+    if env:
+        console.print("\n[bold]environment[/bold]")
+        for key, value in env.items():
+            why = plan.why.get(key, "")
+            console.print(
+                f"  {key}={value}" + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True
+            )
+    _show_derived(console, checked)
+    _show_rules(console, checked)
+
+
+def _show_derived(console: Console, checked: CheckedPlan) -> None:
+    plan = checked.plan
+    pattern = plan.derived.get("index_topk_pattern")
+    if pattern:
+        console.print("\n[bold]derived[/bold]")
+        console.print(f"  index_topk_pattern from {pattern['source']}: {pattern['pattern']}")
+        if "skip_layers" in pattern:
+            console.print(
+                f"  {pattern['full_layers']} full / {pattern['skip_layers']} shared layers: "
+                f"expect {pattern['skip_layers']} 'skip sparse MLA indexer' boot lines (F09)"
+            )
+    for note in plan.pending:
+        console.print(f"\n[bold]at launch[/bold]\n  {note}")
+
+
+def _show_rules(console: Console, checked: CheckedPlan) -> None:
+    console.print("\n[bold]rules[/bold]")
+    for result in checked.results:
+        if result.status == "pass":
+            continue
+        style = _STATUS_STYLE[result.status]
+        for message in result.messages or ("skipped by --force",):
+            console.print(
+                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {message}",
+                soft_wrap=True,
+            )
+    passed = sum(1 for r in checked.results if r.status == "pass")
+    console.print(f"  {passed}/{len(checked.results)} rules pass")

@@ -1,0 +1,52 @@
+"""`sm120 recipes` and `sm120 recipes show NAME`."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from sm120.cli.errors import cli_errors
+
+app = typer.Typer(help="List recipes, or show one resolved.", no_args_is_help=False)
+
+
+@app.callback(invoke_without_command=True)
+@cli_errors
+def list_recipes(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
+) -> None:
+    """Table of recipes: model, engine, GPUs, validated hardware, baseline."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from sm120.cli.present import recipe_rows, recipes_table
+
+    rows = recipe_rows()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        recipes_table(rows)
+
+
+@app.command("show")
+@cli_errors
+def show(
+    name: str = typer.Argument(..., help="Recipe name, e.g. glm52."),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s) to apply."),
+    as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
+) -> None:
+    """The resolved plan of a recipe with the why of every setting."""
+    from sm120.checks import checked_plan, plan_document
+    from sm120.cli.present import show_plan
+    from sm120.plan import PlanRequest
+
+    checked = checked_plan(PlanRequest(recipe=name, variants=_split(variant)))
+    if as_json:
+        typer.echo(json.dumps(plan_document(checked), indent=2))
+    else:
+        show_plan(checked)
+
+
+def _split(values: list[str]) -> tuple[str, ...]:
+    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())

@@ -1,0 +1,73 @@
+"""`--set KEY=VALUE`: engine flag names (no dashes) or dotted recipe keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from sm120.catalogue import engine_flags
+from sm120.errors import PlanError
+from sm120.recipe.schema import Recipe
+from sm120.suggest import did_you_mean
+
+# Recipe sections a --set may reach into; the rest (name, variants, ...) define the recipe.
+SETTABLE_SECTIONS = ("model", "image", "hardware", "env", "smoke", "timeouts", "derive", "args")
+SETTABLE_SCALARS = ("thinking",)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    path: tuple[str, ...]  # ("args", "max-model-len") or ("model", "served_name") ...
+    value: Any
+    text: str  # as typed, for messages
+
+
+def parse_value(raw: str) -> Any:
+    """YAML scalar rules: 131072 -> int, 0.8 -> float, true -> bool, {..} -> mapping."""
+    try:
+        return yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def parse_assignment(text: str, engine: str) -> Assignment:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise PlanError(f"--set '{text}' is not KEY=VALUE", "e.g. --set max-model-len=131072")
+    value = parse_value(raw.strip())
+    key = key.lstrip("-")
+    head, _, rest = key.partition(".")
+    if head in SETTABLE_SCALARS and not rest:
+        return Assignment((head,), value, text)
+    if head in SETTABLE_SECTIONS and rest:
+        path = (head, *rest.split(".")) if head not in ("env", "args") else (head, rest)
+        _check_section_key(path, text)
+        return Assignment(path, value, text)
+    flags = engine_flags(engine)
+    if key in flags.flags:
+        return Assignment(("args", key), value, text)
+    if key in flags.reserved:
+        flags.spec(key)  # raises the reserved-name error
+    known = [*flags.flags, *SETTABLE_SCALARS, *(f"{s}." for s in SETTABLE_SECTIONS)]
+    raise PlanError(
+        f"--set: unknown key '{key}'{did_you_mean(key, known)}",
+        f"use a {engine} flag name without dashes (e.g. max-model-len) or a recipe key "
+        "(e.g. model.served_name, env.NCCL_P2P_DISABLE)",
+    )
+
+
+def _check_section_key(path: tuple[str, ...], text: str) -> None:
+    if path[0] in ("env", "args"):
+        return
+    section = Recipe.model_fields[path[0]].annotation
+    fields = getattr(section, "model_fields", {})
+    if len(path) != 2 or path[1] not in fields:
+        dotted = ".".join(path)
+        candidates = [f"{path[0]}.{f}" for f in fields]
+        raise PlanError(
+            f"--set: unknown recipe key '{dotted}'{did_you_mean(dotted, candidates)}",
+            "see recipes/recipe.schema.json for the keys",
+        )

@@ -1,0 +1,380 @@
+"""Resolve a recipe into an immutable launch plan.
+
+One resolution order, lowest first:
+  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < command line
+then values derived from the checkpoint (index_topk_pattern) are merged in, unless the command
+line already set them. Every arg and variable remembers which layer set it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from sm120.catalogue import coerce_flag_value, engine_flags
+from sm120.derive import derive_index_topk_pattern, hf_overrides_with_pattern, read_config
+from sm120.errors import PlanError
+from sm120.knobs import KnobValues, knob_values
+from sm120.overrides import Assignment, parse_assignment
+from sm120.recipe.loader import load_recipe
+from sm120.recipe.schema import (
+    Baseline,
+    Derivations,
+    HardwareSpec,
+    ImageSpec,
+    ModelSource,
+    Recipe,
+    SmokeSpec,
+    Timeouts,
+    Variant,
+)
+from sm120.suggest import did_you_mean
+
+DEFAULT_HOST = "127.0.0.1"
+THINKING_OFF_VARIANT = "no-think"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    recipe: str
+    variants: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()
+    model_dir: str | None = None
+    port: int | None = None
+    host: str | None = None
+    served_name: str | None = None
+    thinking: bool | None = None
+    force: tuple[str, ...] = ()
+    dotenv: Mapping[str, str] = field(default_factory=dict)
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    recipe: str
+    title: str
+    variants: tuple[str, ...]
+    engine: str
+    image: ImageSpec
+    model: ModelSource
+    model_dir: str | None
+    host: str
+    port: int
+    args: tuple[tuple[str, Any], ...]
+    env: tuple[tuple[str, str], ...]
+    why: Mapping[str, str]
+    thinking: bool
+    hardware: HardwareSpec
+    baseline: Baseline | None
+    timeouts: Timeouts
+    smoke: SmokeSpec
+    derived: Mapping[str, Any]
+    pending: tuple[str, ...]
+    forced: tuple[str, ...]
+    provenance: Mapping[str, str]
+    plan_hash: str
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        for key, value in self.args:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def image_ref(self) -> str:
+        ref = f"{self.image.name}:{self.image.tag}"
+        return f"{ref}@{self.image.digest}" if self.image.digest else ref
+
+
+@dataclass
+class _Work:
+    """The mutable state layers write into before the plan is frozen."""
+
+    engine: str
+    model: dict[str, Any]
+    image: dict[str, Any]
+    hardware: dict[str, Any]
+    args: dict[str, Any]
+    env: dict[str, str]
+    why: dict[str, str]
+    thinking: bool
+    derive: dict[str, Any]
+    baseline: Baseline | None
+    smoke: dict[str, Any]
+    timeouts: dict[str, Any]
+    model_dir: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = 8000
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    def set_arg(self, name: str, value: Any, layer: str) -> None:
+        self.args[name] = value
+        self.provenance[f"args.{name}"] = layer
+
+    def set_env(self, name: str, value: str | None, layer: str) -> None:
+        if value is None:
+            self.env.pop(name, None)
+        else:
+            self.env[name] = str(value)
+        self.provenance[f"env.{name}"] = layer
+
+
+def _start(recipe: Recipe) -> _Work:
+    work = _Work(
+        engine=recipe.engine,
+        model=recipe.model.model_dump(),
+        image=recipe.image.model_dump(),
+        hardware=recipe.hardware.model_dump(),
+        args=copy.deepcopy(dict(recipe.args)),
+        env=dict(recipe.env),
+        why=dict(recipe.why),
+        thinking=recipe.thinking,
+        derive=recipe.derive.model_dump(),
+        baseline=recipe.baseline,
+        smoke=recipe.smoke.model_dump(),
+        timeouts=recipe.timeouts.model_dump(),
+        port=recipe.default_port,
+    )
+    work.provenance.update({f"args.{k}": "recipe" for k in work.args})
+    work.provenance.update({f"env.{k}": "recipe" for k in work.env})
+    return work
+
+
+def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
+    layer = f"variant {name}"
+    if variant.engine:
+        work.engine = variant.engine
+    if variant.replace_args:
+        work.args = {}
+    if variant.replace_env:
+        work.env = {}
+    for section in ("model", "image", "hardware"):
+        replacement = getattr(variant, section)
+        if replacement is not None:
+            setattr(work, section, replacement.model_dump())
+    for key, value in variant.args.items():
+        work.set_arg(key, copy.deepcopy(value), layer)
+    for key, env_value in variant.env.items():
+        work.set_env(key, env_value, layer)
+    work.why.update(variant.why)
+    if variant.baseline is not None:
+        work.baseline = variant.baseline
+    if variant.thinking is not None:
+        work.thinking = variant.thinking
+    if variant.derive is not None:
+        work.derive = variant.derive.model_dump()
+    if variant.smoke is not None:
+        work.smoke = variant.smoke.model_dump()
+
+
+def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
+    path, value = assignment.path, assignment.value
+    if path[0] == "args":
+        work.set_arg(path[1], value, layer)
+    elif path[0] == "env":
+        work.set_env(path[1], None if value is None else str(value), layer)
+    elif path[0] == "thinking":
+        if not isinstance(value, bool):
+            raise PlanError(f"--set thinking expects true or false, got {value!r}", "")
+        work.thinking = value
+    else:
+        section: dict[str, Any] = getattr(work, path[0])
+        section[path[1]] = value
+        work.provenance[".".join(path)] = layer
+
+
+def _select_variants(recipe: Recipe, request: PlanRequest, layers: list[KnobValues]) -> list[str]:
+    chosen = list(request.variants)
+    if not chosen:
+        for knobs in reversed(layers):  # environment beats .env
+            if knobs.variants:
+                chosen = list(knobs.variants)
+                break
+    thinking = request.thinking
+    for knobs in reversed(layers):  # command line, then environment, then .env
+        if thinking is None:
+            thinking = knobs.thinking
+    if thinking is False and recipe.thinking and THINKING_OFF_VARIANT not in chosen:
+        if THINKING_OFF_VARIANT not in recipe.variants:
+            raise PlanError(
+                f"recipe '{recipe.name}' has no thinking-off variant",
+                "drop ENABLE_THINKING=0 / --no-think for this recipe",
+            )
+        chosen.append(THINKING_OFF_VARIANT)
+    for name in chosen:
+        if name not in recipe.variants:
+            raise PlanError(
+                f"recipe '{recipe.name}' has no variant '{name}'"
+                f"{did_you_mean(name, recipe.variants)}",
+                f"variants: {', '.join(recipe.variants) or 'none'}",
+            )
+    return chosen
+
+
+def _apply_knobs(work: _Work, knobs: KnobValues, layer: str) -> None:
+    for text in knobs.sets:
+        _apply_assignment(work, parse_assignment(text, work.engine), layer)
+    if knobs.model_dir is not None:
+        work.model_dir = knobs.model_dir
+    if knobs.port is not None:
+        work.port = knobs.port
+    if knobs.host is not None:
+        work.host = knobs.host
+    if knobs.served_name is not None:
+        work.model["served_name"] = knobs.served_name
+
+
+def _validated(model: type[BaseModel], data: dict[str, Any], section: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join([section, *(str(p) for p in first["loc"])])
+        raise PlanError(f"{where}: {first['msg']}", "check the --set / .env value") from None
+
+
+def _check_args(work: _Work) -> None:
+    flags = engine_flags(work.engine)
+    flavour = str(work.image["flavour"])
+    for name in list(work.args):
+        spec = flags.spec(name)
+        work.args[name] = coerce_flag_value(spec, work.args[name], flavour, work.engine)
+
+
+def _derive(work: _Work, pending: list[str]) -> dict[str, Any]:
+    if not work.derive.get("index_topk_pattern"):
+        return {}
+    given = work.args.get("hf-overrides")
+    if isinstance(given, dict) and "index_topk_pattern" in given:
+        origin = work.provenance.get("args.hf-overrides", "recipe")
+        return {"index_topk_pattern": {"pattern": given["index_topk_pattern"], "source": origin}}
+    config = read_config(Path(work.model_dir)) if work.model_dir else None
+    if config is None:
+        where = (
+            f"{work.model_dir}/config.json" if work.model_dir else "the checkpoint's config.json"
+        )
+        pending.append(
+            f"index_topk_pattern: derived at launch from {where} (indexer_types, else "
+            "index_topk_freq + index_skip_topk_offset) and passed in --hf-overrides (F09)"
+        )
+        return {}
+    derived = derive_index_topk_pattern(config)
+    work.set_arg("hf-overrides", hf_overrides_with_pattern(given, derived), "derived")
+    return {
+        "index_topk_pattern": {
+            "pattern": derived.pattern,
+            "source": f"config.json {derived.source}",
+            "num_hidden_layers": derived.num_hidden_layers,
+            "full_layers": derived.full_layers,
+            "skip_layers": derived.skip_layers,
+        }
+    }
+
+
+def _default_model_dir(work: _Work) -> str | None:
+    if work.model.get("generated") == "tiny":
+        from sm120.state import sm120_home  # deferred: keeps --help fast
+
+        return str(sm120_home() / "models" / "tiny")
+    return None
+
+
+def _hash(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
+    """Resolve `request` against the named recipe (or an already loaded one)."""
+    recipe = recipe or load_recipe(request.recipe)
+    layers = [
+        knob_values(dict(request.dotenv), prefixed=False),
+        knob_values(dict(request.environ), prefixed=True),
+    ]
+    variants = _select_variants(recipe, request, layers)
+    work = _start(recipe)
+    for name in variants:
+        _apply_variant(work, name, recipe.variants[name])
+    _apply_knobs(work, layers[0], ".env")
+    _apply_knobs(work, layers[1], "environment")
+    cli = KnobValues(
+        model_dir=request.model_dir,
+        port=request.port,
+        host=request.host,
+        served_name=request.served_name,
+        sets=list(request.sets),
+    )
+    _apply_knobs(work, cli, "command line")
+    if work.model_dir is None:
+        work.model_dir = _default_model_dir(work)
+    elif work.model_dir:
+        work.model_dir = str(Path(work.model_dir).expanduser().resolve())
+    _check_args(work)
+    pending: list[str] = []
+    derived = _derive(work, pending)
+    return _freeze(recipe, variants, work, derived, pending, request.force)
+
+
+def _freeze(
+    recipe: Recipe,
+    variants: list[str],
+    work: _Work,
+    derived: dict[str, Any],
+    pending: list[str],
+    force: tuple[str, ...],
+) -> LaunchPlan:
+    model = _validated(ModelSource, work.model, "model")
+    image = _validated(ImageSpec, work.image, "image")
+    hardware = _validated(HardwareSpec, work.hardware, "hardware")
+    smoke = _validated(SmokeSpec, work.smoke, "smoke")
+    timeouts = _validated(Timeouts, work.timeouts, "timeouts")
+    _validated(Derivations, work.derive, "derive")
+    forced = tuple(sorted(set(force)))
+    identity = {
+        "recipe": recipe.name,
+        "variants": variants,
+        "engine": work.engine,
+        "image": image.model_dump(),
+        "model": model.model_dump(),
+        "model_dir": work.model_dir,
+        "host": work.host,
+        "port": work.port,
+        "args": work.args,
+        "env": work.env,
+        "forced": forced,
+    }
+    return LaunchPlan(
+        recipe=recipe.name,
+        title=recipe.title,
+        variants=tuple(variants),
+        engine=work.engine,
+        image=image,
+        model=model,
+        model_dir=work.model_dir,
+        host=work.host,
+        port=work.port,
+        args=tuple(work.args.items()),
+        env=tuple(work.env.items()),
+        why=dict(work.why),
+        thinking=work.thinking,
+        hardware=hardware,
+        baseline=work.baseline,
+        timeouts=timeouts,
+        smoke=smoke,
+        derived=derived,
+        pending=tuple(pending),
+        forced=forced,
+        provenance=dict(work.provenance),
+        plan_hash=_hash(identity),
+    )

@@ -1,0 +1,1 @@
+"""Recipes: the YAML data under recipes/, its schema, and loading it."""

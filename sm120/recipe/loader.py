@@ -1,0 +1,181 @@
+"""Find, parse and validate recipe files.
+
+YAML is parsed with duplicate keys rejected (PyYAML silently keeps the last one, which would
+hide a typo'd second `args:` block) and pydantic errors are turned into one line with a
+did-you-mean for unknown keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sm120.errors import RecipeError
+from sm120.recipe.schema import Recipe
+from sm120.suggest import did_you_mean
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_unique_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Hashable, Any]:
+    seen: set[Hashable] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise RecipeError(
+                f"duplicate key '{key}' at line {key_node.start_mark.line + 1}",
+                "each key may appear once per mapping; merge the two entries",
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_unique_mapping,
+)
+
+
+def parse_yaml(text: str, origin: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecipeError as exc:
+        raise RecipeError(f"{origin}: {exc.message}", exc.hint) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecipeError(
+            f"{origin}:{where}: malformed YAML: {problem}", "check indentation and quoting"
+        ) from None
+
+
+def recipes_dir() -> Path:
+    """The recipes folder: $SM120_RECIPES_DIR, the checkout's recipes/, or the bundled copy."""
+    override = os.environ.get("SM120_RECIPES_DIR")
+    if override:
+        return Path(override)
+    package = Path(__file__).resolve().parent.parent
+    checkout = package.parent / "recipes"
+    if checkout.is_dir():
+        return checkout
+    return package / "_bundled" / "recipes"
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+
+
+def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """Field names valid at `path` inside the model tree, for did-you-mean."""
+    current: Any = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = _first_model(annotation)
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _explain(error: ValidationError, origin: str) -> RecipeError:
+    errors = error.errors()
+    # An unknown key usually explains the "missing" error next to it (a typo'd name).
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(first["loc"])
+    dotted = ".".join(str(p) for p in loc)
+    if first["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        parent = loc[:-1]
+        # Variants are a dict of name -> Variant: skip the variant name when looking up fields.
+        candidates = _model_fields(Recipe, parent) or _variant_fields(parent)
+        return RecipeError(
+            f"{origin}: unknown key '{dotted}'{did_you_mean(key, candidates)}",
+            "see recipes/recipe.schema.json for the allowed keys",
+        )
+    if first["type"] == "missing":
+        return RecipeError(f"{origin}: missing required key '{dotted}'", "add it to the recipe")
+    return RecipeError(f"{origin}: {dotted}: {first['msg']}", "fix the value in the recipe")
+
+
+def _variant_fields(parent: tuple[str | int, ...]) -> list[str]:
+    if len(parent) >= 2 and parent[0] == "variants":
+        return _model_fields(Recipe.model_fields["variants"].annotation.__args__[1], parent[2:])  # type: ignore[union-attr]
+    return []
+
+
+def recipe_from_data(data: Any, origin: str) -> Recipe:
+    if not isinstance(data, dict):
+        raise RecipeError(f"{origin}: a recipe must be a YAML mapping", "start with 'name: ...'")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, origin) from None
+
+
+def load_recipe_file(path: Path) -> Recipe:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError(f"cannot read {path}: {exc.strerror}", "check the path") from None
+    recipe = recipe_from_data(parse_yaml(text, str(path)), str(path))
+    if recipe.name != path.stem:
+        raise RecipeError(
+            f"{path}: name '{recipe.name}' does not match the file name '{path.stem}'",
+            f"rename the file to {recipe.name}.yaml or fix 'name'",
+        )
+    return recipe
+
+
+def raw_recipe_data(name: str) -> dict[str, Any]:
+    """The parsed YAML of a named recipe, before validation (overrides are merged into it)."""
+    path = recipe_path(name)
+    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping", "start with 'name: ...'")
+    return data
+
+
+def recipe_path(name: str) -> Path:
+    path = recipes_dir() / f"{name}.yaml"
+    if not path.is_file():
+        known = recipe_names()
+        raise RecipeError(
+            f"unknown recipe '{name}'{did_you_mean(name, known)}",
+            "run 'sm120 recipes' to list them",
+        )
+    return path
+
+
+@lru_cache(maxsize=32)
+def _cached_load(path: Path, mtime: float) -> Recipe:
+    return load_recipe_file(path)
+
+
+def load_recipe(name: str) -> Recipe:
+    path = recipe_path(name)
+    return _cached_load(path, path.stat().st_mtime)

@@ -1,0 +1,159 @@
+"""The recipe as written: one pydantic tree, validated once, exported as JSON schema.
+
+Engine flags live in `args` keyed by the engine's own flag name without dashes, so a recipe
+reads like the command it stands for; the flag catalogue (sm120/data/engine_flags.yaml)
+checks names and values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ArgValue = Annotated[
+    str | int | float | bool | dict[str, Any] | list[Any] | None,
+    Field(description="A flag value: a scalar, a JSON object (rendered compact), or null to omit."),
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSource(Strict):
+    repo: str | None = Field(
+        None, description="Hugging Face repo id of the checkpoint; null for a generated model."
+    )
+    revision: str | None = Field(
+        None,
+        description="Pinned commit of the repo. Null only when no public source names one "
+        "(the recipe table then shows 'unpinned').",
+    )
+    served_name: str = Field(description="Name clients use in the `model` field of requests.")
+    architecture: str = Field(description="HF architecture class, e.g. GlmMoeDsaForCausalLM.")
+    attention: Literal["full", "mla", "mla_sparse_dsa", "dsv4_compressed"] = Field(
+        description="Attention family; rules and the planner depend on it (e.g. F11, F14)."
+    )
+    quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
+    size_gb: float | None = Field(None, description="Size on disk in GB, for disk checks.")
+    generated: Literal["tiny"] | None = Field(
+        None, description="Made locally by sm120 instead of downloaded (the CPU test model)."
+    )
+
+
+class ImageSpec(Strict):
+    name: str = Field(description="Image repository, e.g. vllm/vllm-openai.")
+    tag: str = Field(description="Pinned tag; never a moving tag like latest.")
+    digest: str | None = Field(
+        None, description="sha256 digest when known; preferred over the tag when pulling."
+    )
+    build: Literal["pull", "dockerfile"] = Field(
+        description="'pull' uses the published image; 'dockerfile' builds images/<context>/."
+    )
+    context: str | None = Field(None, description="Build context under images/ for 'dockerfile'.")
+    python: str = Field("python3", description="Interpreter inside the image that runs the engine.")
+    flavour: str = Field(
+        description="Engine build family for the flag catalogue (e.g. upstream, b12x, pr41834, "
+        "sglang): it decides which backend names and environment variables exist."
+    )
+    engine_version: str = Field(description="Engine version or ref the image carries.")
+    engine_commit: str | None = Field(None, description="Engine commit the image is built from.")
+    env_allow: tuple[str, ...] = Field(
+        (), description="Extra environment variables this image understands (F17 allow-list)."
+    )
+    shm_size: str = Field("16gb", description="Container shared memory (NCCL needs plenty).")
+
+
+class HardwareSpec(Strict):
+    compute_caps: tuple[Literal["sm_120", "sm_121", "sm_100", "cpu"], ...] = Field(
+        description="Compute capabilities the recipe is validated on."
+    )
+    gpus: int = Field(ge=0, description="Number of GPUs the recipe uses (0 for CPU).")
+    gpu_memory_gib: float | None = Field(None, description="Memory per GPU it was validated with.")
+    interconnect: Literal["pcie", "nvlink", "network", "none"] = Field(
+        "pcie", description="How the GPUs talk; PCIe-only boxes need NCCL_P2P_DISABLE (F10)."
+    )
+    validated_on: str = Field(description="The machines the settings were proven on, in words.")
+
+
+class Baseline(Strict):
+    source: str = Field(description="Where the numbers come from (seed document / report).")
+    decode_tps: float | None = Field(None, description="Single-stream decode tokens/s (warm).")
+    prefill_tps: float | None = Field(None, description="Prefill tokens/s, see notes for length.")
+    kv_pool_tokens: int | None = Field(None, description="KV cache pool the engine reported.")
+    max_context: int | None = Field(None, description="Longest context validated.")
+    concurrency: float | None = Field(None, description="Max concurrency at max context.")
+    notes: str | None = Field(None, description="Conditions of the measurement.")
+
+
+class Timeouts(Strict):
+    ready_s: int = Field(
+        gt=0, description="How long launch waits for READY (load + compile + graph capture)."
+    )
+
+
+class SmokeSpec(Strict):
+    max_tokens: int = Field(
+        64,
+        gt=0,
+        description="Token budget of the READY probe; reasoning models need >= 2000 (F12).",
+    )
+
+
+class Derivations(Strict):
+    index_topk_pattern: bool = Field(
+        False,
+        description="Derive the DSA index_topk_pattern from config.json and pass it in "
+        "--hf-overrides (F09).",
+    )
+
+
+class Variant(Strict):
+    description: str = Field(description="What the variant changes and when to pick it.")
+    engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
+    replace_args: bool = Field(
+        False, description="Start from empty args instead of the recipe's (engine switches)."
+    )
+    replace_env: bool = Field(False, description="Start from empty env instead of the recipe's.")
+    model: ModelSource | None = Field(None, description="A different checkpoint.")
+    image: ImageSpec | None = Field(None, description="A different image.")
+    hardware: HardwareSpec | None = Field(None, description="Different validated hardware.")
+    args: dict[str, ArgValue] = Field(default_factory=dict, description="Flags set or removed.")
+    env: dict[str, str | None] = Field(
+        default_factory=dict, description="Variables set, or removed with null."
+    )
+    why: dict[str, str] = Field(default_factory=dict, description="Why-notes for what it sets.")
+    baseline: Baseline | None = Field(None, description="Published numbers for this variant.")
+    thinking: bool | None = Field(None, description="Overrides whether replies reason first.")
+    derive: Derivations | None = Field(None, description="Different derivations.")
+    smoke: SmokeSpec | None = Field(None, description="Different READY probe budget.")
+
+
+class Recipe(Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Short name used on the CLI.")
+    title: str = Field(description="One line: model and what makes the recipe special.")
+    sources: tuple[str, ...] = Field(description="Documents the settings come from.")
+    engine: Literal["vllm", "sglang"] = Field(description="Serving engine.")
+    model: ModelSource = Field(description="The checkpoint.")
+    image: ImageSpec = Field(description="Container image that carries the engine and patches.")
+    hardware: HardwareSpec = Field(description="Hardware the recipe is validated on.")
+    args: dict[str, ArgValue] = Field(
+        description="Engine flags without leading dashes, in the order they are rendered."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the engine.")
+    why: dict[str, str] = Field(
+        default_factory=dict,
+        description="Why each non-obvious flag or variable is set, naming the failure it prevents.",
+    )
+    thinking: bool = Field(
+        False, description="Whether the model reasons before answering by default."
+    )
+    derive: Derivations = Field(
+        default_factory=Derivations, description="Values read from weights."
+    )
+    variants: dict[str, Variant] = Field(default_factory=dict, description="Named alternatives.")
+    baseline: Baseline | None = Field(None, description="Published performance of the default.")
+    timeouts: Timeouts = Field(description="Launch time limits.")
+    smoke: SmokeSpec = Field(default_factory=SmokeSpec, description="READY probe settings.")
+    default_port: int = Field(8000, ge=1, le=65535, description="Port when none is given.")

@@ -1,0 +1,1 @@
+"""Pure renderers: a launch plan in, argv / environment / compose service out. No I/O."""

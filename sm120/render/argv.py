@@ -1,0 +1,70 @@
+"""plan -> the engine's command line, as a list (never a shell string)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sm120.catalogue import engine_flags
+from sm120.plan import LaunchPlan
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+SGLANG_MODULE = "sglang.launch_server"
+
+
+def model_location(plan: LaunchPlan, container_model_dir: str | None = None) -> str:
+    """Where the engine loads weights from: the mounted folder, the host folder, or the repo."""
+    if container_model_dir is not None:
+        return container_model_dir
+    if plan.model_dir:
+        return plan.model_dir
+    return plan.model.repo or plan.model.served_name
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _flag_tokens(engine: str, name: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        if value:
+            return [f"--{name}"]
+        spec = engine_flags(engine).flags.get(name)
+        return [f"--no-{name}"] if spec is not None and spec.negatable else []
+    return [f"--{name}", _value_text(value)]
+
+
+def render_argv(
+    plan: LaunchPlan,
+    *,
+    python: str | None = None,
+    container_model_dir: str | None = None,
+    bind_host: str | None = None,
+) -> list[str]:
+    """The full engine command. `python` replaces the image's interpreter (native runtime);
+    `bind_host` replaces the plan's host (inside a container the engine listens on all
+    interfaces and the published port carries the plan's address)."""
+    interpreter = python or plan.image.python
+    location = model_location(plan, container_model_dir)
+    hub = container_model_dir is None and not plan.model_dir and plan.model.repo
+    if plan.engine == "vllm":
+        argv = [interpreter, "-m", VLLM_MODULE, "--model", location]
+    else:
+        argv = [interpreter, "-m", SGLANG_MODULE, "--model-path", location]
+    if hub and plan.model.revision:
+        argv += ["--revision", plan.model.revision]
+    argv += [
+        "--served-model-name",
+        plan.model.served_name,
+        "--host",
+        bind_host or plan.host,
+        "--port",
+        str(plan.port),
+    ]
+    for name, value in plan.args:
+        argv += _flag_tokens(plan.engine, name, value)
+    return argv

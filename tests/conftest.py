@@ -1,0 +1,43 @@
+"""Shared fixtures: every test gets its own SM120_HOME, and no SM120_* setting of the
+developer's shell leaks into resolution."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sm120.cli.app import app
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/ from the renderers"
+    )
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "sm120-home"
+    monkeypatch.setenv("SM120_HOME", str(home))
+    for name in list(os.environ):
+        if name.startswith("SM120_") and name not in ("SM120_HOME",):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)  # no stray ./.env from the developer's folder
+    yield home
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    return CliRunner()
+
+
+def invoke(runner: CliRunner, *args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr

@@ -1,0 +1,43 @@
+"""Small helpers for plan tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sm120.checks import CheckedPlan, checked_plan
+from sm120.hardware import Hardware
+from sm120.plan import PlanRequest
+from sm120.render.argv import render_argv
+
+SM120_X4 = Hardware(gpus=4, arch="sm_120", source="declared")
+
+
+def plan_for(
+    recipe: str,
+    *variants: str,
+    sets: tuple[str, ...] = (),
+    hardware: Hardware | None = None,
+    **kwargs: Any,
+) -> CheckedPlan:
+    request = PlanRequest(recipe=recipe, variants=variants, sets=sets, **kwargs)
+    return checked_plan(request, hardware)
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The token after `flag`, or '' for a bare switch, or None when absent."""
+    if flag not in argv:
+        return None
+    index = argv.index(flag)
+    nxt = argv[index + 1] if index + 1 < len(argv) else None
+    return "" if nxt is None or nxt.startswith("--") else nxt
+
+
+def argv_of(recipe: str, *variants: str, **kwargs: Any) -> list[str]:
+    return render_argv(plan_for(recipe, *variants, **kwargs).plan)
+
+
+def json_flag(argv: list[str], flag: str) -> Any:
+    value = flag_value(argv, flag)
+    assert value, f"{flag} missing"
+    return json.loads(value)
