@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import launch, recipes, validate
+from sm120.cli import chat, engine, launch, manage, recipes, validate
 
 app = typer.Typer(
     name="sm120",
@@ -34,6 +34,9 @@ def root(
 
 app.add_typer(recipes.app, name="recipes")
 launch.register(app)
+chat.register(app)
+manage.register(app)
+app.add_typer(engine.app, name="engine")
 validate.register(app)
 
 

@@ -46,7 +46,7 @@ def _request(
 
 @cli_errors
 def launch(
-    name: str = typer.Argument(..., help="Recipe to serve, e.g. glm52 (see 'sm120 recipes')."),
+    recipe: str = typer.Argument(..., help="Recipe to serve, e.g. glm52 (see 'sm120 recipes')."),
     variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
     sets: list[str] = typer.Option(
         [], "--set", help="KEY=VALUE: an engine flag without dashes or a recipe key."
@@ -61,13 +61,30 @@ def launch(
     arch: str | None = typer.Option(None, "--arch", help="Check against this arch (sm_120)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+    runtime: str = typer.Option("native", "--runtime", help="Where the engine runs: native."),
+    name: str | None = typer.Option(None, "--name", help="Deployment name (default: recipe)."),
+    vllm_python: str | None = typer.Option(
+        None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
+    ),
+    api_key: str | None = typer.Option(
+        None, "--api-key", help="Key clients must send (default: generated, stored 0600)."
+    ),
+    replace: bool = typer.Option(False, "--replace", help="Stop a running deployment first."),
+    foreground: bool = typer.Option(False, "--foreground", help="Stay attached until Ctrl-C."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before long work."),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
     from sm120.checks import checked_plan, plan_document
     from sm120.hardware import declared
 
-    request = _request(name, variant, sets, model_dir, port, host, force, env_file, no_think)
-    checked = checked_plan(request, declared(gpus, arch))  # type: ignore[arg-type]
+    request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
+    hardware = declared(gpus, arch)
+    if hardware is None and not dry_run:
+        from sm120.hardware import Hardware, detect
+
+        hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
+    checked = checked_plan(request, hardware)  # type: ignore[arg-type]
     if dry_run:
         if as_json:
             typer.echo(json.dumps(plan_document(checked), indent=2))
@@ -79,10 +96,18 @@ def launch(
             raise typer.Exit(1)
         return
     checked.raise_on_failure()
-    raise typer.Exit(_serve(checked))
+    if runtime != "native":
+        from sm120.errors import SM120Error
 
+        raise SM120Error(f"unknown runtime '{runtime}'", "use --runtime native")
+    from sm120.cli.serving import serve
+    from sm120.lifecycle.launcher import LaunchOptions
 
-def _serve(checked: object) -> int:
-    from sm120.errors import SM120Error
-
-    raise SM120Error("serving is not wired yet", "use --dry-run")
+    options = LaunchOptions(
+        name=name or checked.plan.recipe,
+        vllm_python=vllm_python,
+        api_key=api_key,
+        replace=replace,
+        timeout_s=timeout,
+    )
+    raise typer.Exit(serve(checked, options, foreground=foreground))

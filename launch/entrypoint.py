@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Container entrypoint: serve the recipe named in the environment, with the same plan the
+CLI renders, so `docker compose up` needs nothing but compose.yaml and .env.
+
+compose passes the .env values (RECIPE, VARIANT, PORT, DCP_SIZE, ...) as environment
+variables; they are resolved as the .env layer, the rules run, and the engine replaces this
+process (exec), so signals and the exit code belong to the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from sm120.checks import checked_plan
+from sm120.errors import SM120Error
+from sm120.hardware import detect
+from sm120.knobs import KNOBS
+from sm120.plan import PlanRequest
+from sm120.render.argv import render_argv
+from sm120.render.compose import CONTAINER_MODEL_DIR
+from sm120.render.environment import render_env
+
+
+def container_argv(
+    environ: dict[str, str], force: tuple[str, ...] = ()
+) -> tuple[list[str], dict[str, str]]:
+    recipe = environ.get("RECIPE")
+    if not recipe:
+        raise SM120Error("RECIPE is not set", "set RECIPE=<name> in .env (see .env.example)")
+    dotenv = {key: value for key, value in environ.items() if key in KNOBS}
+    # The host path in MODEL_DIR is mounted at /model by compose.yaml.
+    model_dir = CONTAINER_MODEL_DIR if Path(CONTAINER_MODEL_DIR).is_dir() else None
+    dotenv.pop("MODEL_DIR", None)
+    request = PlanRequest(recipe=recipe, dotenv=dotenv, model_dir=model_dir, force=force)
+    checked = checked_plan(request, detect())
+    checked.raise_on_failure()
+    # Inside the container the engine listens on all interfaces; compose publishes the port
+    # on the host address the plan asks for (127.0.0.1 by default).
+    argv = render_argv(checked.plan, container_model_dir=model_dir, bind_host="0.0.0.0")
+    api_key = environ.get("VLLM_API_KEY") or None
+    return argv, render_env(checked.plan, api_key=api_key)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--print", action="store_true", help="print argv and env as JSON")
+    parser.add_argument("--force", action="append", default=[], help="skip a rule by id")
+    options = parser.parse_args()
+    try:
+        argv, env = container_argv(dict(os.environ), tuple(options.force))
+    except SM120Error as exc:
+        sys.stderr.write(f"Error: {exc.one_line()}\n")
+        return 2
+    if options.print:
+        print(json.dumps({"argv": argv, "env": env}, indent=2))
+        return 0
+    sys.stderr.write(f"sm120: exec {' '.join(argv[:4])} ... ({len(argv)} args)\n")
+    os.execvpe(argv[0], argv, {**os.environ, **env})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""`sm120 status`, `sm120 logs`, `sm120 stop`: find the deployment through the state dir."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import typer
+
+from sm120.cli.errors import cli_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+    app.command("logs")(logs)
+    app.command("stop")(stop)
+
+
+@cli_errors
+def status(
+    name: str | None = typer.Option(None, "--name", help="Deployment (default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
+) -> None:
+    """What runs, since when, where, and how healthy it is."""
+    from sm120.lifecycle.find import find_deployment
+    from sm120.lifecycle.status import describe
+    from sm120.state import list_states
+
+    states = [find_deployment(name)] if name else list_states()
+    rows = [describe(state) for state in states]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("nothing is deployed (start one: sm120 launch tiny)")
+        return
+    for row in rows:
+        typer.echo(_status_text(row))
+
+
+def _status_text(row: dict[str, object]) -> str:
+    lines = [f"{row['name']}  ({row['recipe']}, {row['runtime']} runtime, plan {row['plan_hash']})"]
+    if row["running"]:
+        lines.append(f"  running   pid {row['pid']} since {row['since']} ({row['uptime']})")
+        lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
+        health = row["health"]
+        lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")
+        if row.get("kv_cache_usage_pct") is not None:
+            lines.append(
+                f"  KV usage  {row['kv_cache_usage_pct']:.1f}%  running "
+                f"{row.get('requests_running')}, waiting {row.get('requests_waiting')}"
+            )
+    else:
+        lines.append(f"  dead      the engine {row['exit']} at {row['ended']}")
+        lines.append(f"  log       {row['log_path']}  (sm120 logs --name {row['name']})")
+    return "\n".join(lines)
+
+
+@cli_errors
+def logs(
+    name: str | None = typer.Option(None, "--name", help="Deployment."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    lines: int = typer.Option(50, "--lines", "-n", help="How many last lines to show first."),
+) -> None:
+    """The engine's log (the file in the deployment's state dir)."""
+    from sm120.lifecycle.find import find_deployment, runtime_for
+    from sm120.lifecycle.status import tail_lines
+
+    state = find_deployment(name)
+    tail, count = tail_lines(state.log_path, lines)
+    for line in tail:
+        sys.stdout.write(line + "\n")
+    if not follow:
+        return
+    runtime = runtime_for(state)
+    try:
+        for line in runtime.follow(state, from_line=count):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+
+
+@cli_errors
+def stop(
+    name: str | None = typer.Option(None, "--name", help="Deployment."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds before SIGKILL."),
+) -> None:
+    """Stop gracefully (SIGTERM, then SIGKILL after --timeout) and clean the state."""
+    from sm120.lifecycle.find import find_deployment, runtime_for
+    from sm120.state import clear_state
+
+    state = find_deployment(name)
+    runtime = runtime_for(state)
+    started = time.monotonic()
+    was_running = runtime.status(state).running
+    info = runtime.stop(state, timeout=timeout)
+    clear_state(state.name)
+    how = info.describe() if info else "ended"
+    verb = "stopped" if was_running else "cleaned up (it had already ended)"
+    typer.echo(
+        f"{verb} {state.name}: the engine {how} after "
+        f"{time.monotonic() - started:.1f}s; port {state.port} is free"
+    )

@@ -1,0 +1,61 @@
+"""Progress on stderr: a live status line on a terminal, one line per phase otherwise."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.status import Status
+
+from sm120.lifecycle.wait import PHASE_WORDS
+from sm120.phases import Phase, PhaseUpdate
+
+
+class PhaseProgress:
+    def __init__(self, what: str, timeout_s: float) -> None:
+        self.console = Console(stderr=True)
+        self.what = what
+        self.timeout_s = timeout_s
+        self.phase: Phase | None = None
+        self.detail: str | None = None
+        self.status: Status | None = None
+
+    def __enter__(self) -> PhaseProgress:
+        if self.console.is_terminal:
+            self.status = self.console.status(self._text(0.0))
+            self.status.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+    def message(self, text: str) -> None:
+        self.console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True)
+
+    def _text(self, elapsed: float) -> str:
+        phase = (
+            PHASE_WORDS.get(self.phase, "starting the engine")
+            if self.phase
+            else "starting the engine"
+        )
+        detail = f" ({self.detail})" if self.detail else ""
+        return (
+            f"{self.what}: {phase}{detail}  {elapsed:4.0f}s "
+            f"[dim](waits up to {self.timeout_s:.0f}s for load, compile, graph capture)[/dim]"
+        )
+
+    def update(self, update: PhaseUpdate | None, elapsed: float) -> None:
+        if update is not None:
+            changed = update.phase != self.phase or update.detail != self.detail
+            self.phase, self.detail = update.phase, update.detail
+            if changed and self.status is None:
+                self.console.print(
+                    f"[{elapsed:5.0f}s] {PHASE_WORDS.get(update.phase, '')}"
+                    + (f" ({update.detail})" if update.detail else ""),
+                    highlight=False,
+                )
+        if self.status is not None:
+            self.status.update(self._text(elapsed))

@@ -1,0 +1,1 @@
+"""Serving for real: launch, wait, smoke-test, and find running deployments again."""

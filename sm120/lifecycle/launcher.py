@@ -1,0 +1,200 @@
+"""`sm120 launch NAME`, for real: preflight, start, wait with progress, smoke-test, READY.
+
+Every failure path - the engine exiting, the timeout, a failed smoke test, Ctrl-C - stops
+what was started and clears the deployment's state before the error reaches the user (F25).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120.checks import CheckedPlan
+from sm120.client import ServerClient, smoke_test
+from sm120.errors import SM120Error
+from sm120.lifecycle.ports import ensure_port_free
+from sm120.lifecycle.secrets import ensure_api_key, read_api_key
+from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.phases import PhaseUpdate
+from sm120.plan import LaunchPlan
+from sm120.render.argv import render_argv
+from sm120.render.environment import render_env
+from sm120.runtime.base import LaunchSpec, Runtime
+from sm120.state import DeploymentState, clear_state, deployment_dir, load_state
+
+Progress = Callable[[str], None]
+PhaseView = Callable[[PhaseUpdate | None, float], None]
+
+
+class LaunchError(SM120Error):
+    """The deployment did not become ready; nothing of it is left running."""
+
+
+@dataclass
+class LaunchOptions:
+    name: str
+    vllm_python: str | None = None
+    api_key: str | None = None
+    replace: bool = False
+    timeout_s: float | None = None
+
+
+@dataclass
+class Ready:
+    state: DeploymentState
+    plan: LaunchPlan
+    wait: WaitResult
+    answer: str
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    total_s: float = 0.0
+
+
+def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progress) -> None:
+    existing = load_state(options.name)
+    if existing is None:
+        return
+    if runtime.status(existing).running:
+        if not options.replace:
+            raise LaunchError(
+                f"deployment '{options.name}' is already running on "
+                f"http://{existing.host}:{existing.port}",
+                f"use it ('sm120 chat'), stop it ('sm120 stop {options.name}'), or --replace",
+            )
+        progress(f"stopping the running '{options.name}' (--replace)")
+        runtime.stop(existing)
+    clear_state(options.name)
+
+
+def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) -> str:
+    if plan.engine != "vllm":
+        raise LaunchError(
+            f"the native runtime runs vLLM; {plan.recipe} uses {plan.engine}",
+            "serve it in its container (the Docker runtime)",
+        )
+    from sm120.engine_env import resolve_engine_python
+
+    # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
+    allow = plan.model.generated == "tiny"
+    return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
+
+
+def _model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
+    if plan.model.generated == "tiny" and plan.model_dir:
+        from sm120.tiny_model import ensure_tiny_model
+
+        ensure_tiny_model(Path(python), Path(plan.model_dir), progress)
+    if plan.pending:
+        raise LaunchError(
+            f"cannot derive what the plan needs: {plan.pending[0]}",
+            "pass --model-dir with the downloaded checkpoint",
+        )
+
+
+def start_spec(plan: LaunchPlan, options: LaunchOptions, python: str) -> LaunchSpec:
+    key_file = ensure_api_key(options.name, options.api_key)
+    env = render_env(plan, api_key=read_api_key(str(key_file)))
+    return LaunchSpec(
+        name=options.name,
+        recipe=plan.recipe,
+        argv=tuple(render_argv(plan, python=python)),
+        env=env,
+        host=plan.host,
+        port=plan.port,
+        plan_hash=plan.plan_hash,
+        served_model_name=plan.model.served_name,
+        model_dir=plan.model_dir,
+        api_key_file=str(key_file),
+    )
+
+
+def launch(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+) -> Ready:
+    plan = checked.plan
+    started = time.monotonic()
+    checked.raise_on_failure()
+    refuse_or_replace(runtime, options, progress)
+    ensure_port_free(plan.host, plan.port)
+    python = _engine_python(plan, options, progress)
+    _model_ready(plan, python, progress)
+    spec = start_spec(plan, options, python)
+    log_path = deployment_dir(options.name) / "logs" / "serve.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")  # a fresh log per launch; the monitor keeps history elsewhere
+    state = runtime.start(spec, log_path)
+    try:
+        return _wait_and_smoke(checked, runtime, state, options, view, started)
+    except BaseException:
+        runtime.stop(state, timeout=10.0)
+        clear_state(options.name)
+        raise
+
+
+def _wait_and_smoke(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    state: DeploymentState,
+    options: LaunchOptions,
+    view: PhaseView,
+    started: float,
+) -> Ready:
+    plan = checked.plan
+    key = read_api_key(state.api_key_file)
+    timeout = options.timeout_s or plan.timeouts.ready_s
+    with ServerClient(
+        f"http://{_client_host(plan.host)}:{plan.port}",
+        key,
+        timeout=max(60.0, plan.smoke.max_tokens / 2),
+    ) as client:
+        waited = wait_until_ready(
+            lines=runtime.follow(state),
+            client=client,
+            running=lambda: runtime.status(state).running,
+            exit_text=lambda: _exit_text(runtime, state),
+            timeout_s=timeout,
+            on_update=view,
+        )
+        _check_models(client, plan)
+        smoke = smoke_test(
+            client, plan.model.served_name, thinking=plan.thinking, max_tokens=plan.smoke.max_tokens
+        )
+    if not smoke.ok:
+        raise LaunchError(
+            f"the server is up but the READY probe failed: {smoke.message}",
+            f"{smoke.failure_id}: see 'sm120 logs'" if smoke.failure_id else "see 'sm120 logs'",
+        )
+    phases = [(phase.value, seconds) for phase, seconds in waited.tracker.durations()]
+    return Ready(state, plan, waited, smoke.content.strip(), phases, time.monotonic() - started)
+
+
+def _check_models(client: ServerClient, plan: LaunchPlan) -> None:
+    served = client.models()
+    if plan.model.served_name not in served:
+        raise LaunchError(
+            f"/v1/models lists {served}, not '{plan.model.served_name}'",
+            "check --served-model-name in the plan",
+        )
+
+
+def _exit_text(runtime: Runtime, state: DeploymentState) -> str:
+    info = runtime.exit_info(state)
+    return info.describe() if info else "stopped"
+
+
+def _client_host(host: str) -> str:
+    # A server bound to every interface is reached on loopback from here.
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def describe_failure(exc: StartupFailed) -> list[str]:
+    """The log tail and catalogue diagnoses to print before the one-line error."""
+    lines = [f"--- last {len(exc.tail)} log lines ---", *exc.tail]
+    for found in exc.diagnoses:
+        lines.append(f"{found.id} {found.title}: {found.cause}. Fix: {found.fix}")
+    return lines

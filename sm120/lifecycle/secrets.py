@@ -1,0 +1,33 @@
+"""The deployment's API key: given with --api-key or generated, stored 0600, never printed."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from sm120.state import deployment_dir, write_private_atomically
+
+KEY_FILE = "api_key"
+
+
+def key_path(name: str) -> Path:
+    return deployment_dir(name) / KEY_FILE
+
+
+def ensure_api_key(name: str, given: str | None) -> Path:
+    """Store the given key, or keep/generate one, and return where it lives."""
+    path = key_path(name)
+    if given:
+        write_private_atomically(path, given)
+    elif not path.is_file():
+        write_private_atomically(path, secrets.token_urlsafe(32))
+    return path
+
+
+def read_api_key(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None

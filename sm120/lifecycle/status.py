@@ -1,0 +1,99 @@
+"""What `sm120 status` reports about one deployment."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sm120.lifecycle.find import runtime_for
+from sm120.lifecycle.secrets import read_api_key
+from sm120.state import DeploymentState
+
+
+def _age(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _metrics(base: str) -> dict[str, float]:
+    """A few gauges from /metrics; the full parser belongs to the monitor."""
+    wanted = {
+        "vllm:kv_cache_usage_perc": "kv",
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+    }
+    found: dict[str, float] = {}
+    try:
+        text = httpx.get(f"{base}/metrics", timeout=5.0).text
+    except httpx.HTTPError:
+        return found
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted and not line.startswith("#"):
+            try:
+                found[wanted[name]] = found.get(wanted[name], 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return found
+
+
+def describe(state: DeploymentState) -> dict[str, Any]:
+    runtime = runtime_for(state)
+    current = runtime.status(state)
+    base = f"http://{state.host}:{state.port}"
+    row: dict[str, Any] = {
+        "name": state.name,
+        "recipe": state.recipe,
+        "runtime": state.runtime,
+        "plan_hash": state.plan_hash,
+        "running": current.running,
+        "pid": current.pid,
+        "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_at)),
+        "uptime": _age(time.time() - state.started_at),
+        "endpoint": f"{base}/v1",
+        "served_model_name": state.served_model_name,
+        "log_path": state.log_path,
+    }
+    if current.running:
+        row["health"] = _health(base, read_api_key(state.api_key_file))
+        metrics = _metrics(base)
+        if "kv" in metrics:
+            row["kv_cache_usage_pct"] = metrics["kv"] * 100
+            row["requests_running"] = int(metrics.get("running", 0))
+            row["requests_waiting"] = int(metrics.get("waiting", 0))
+    else:
+        info = current.exit or runtime.exit_info(state)
+        row["exit"] = info.describe() if info else "ended (exit status unknown)"
+        row["exit_code"] = info.returncode if info else None
+        row["exit_signal"] = info.signal if info else None
+        row["ended"] = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended_at)) if info else None
+        )
+    return row
+
+
+def _health(base: str, key: str | None) -> int | None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        return httpx.get(f"{base}/health", headers=headers, timeout=5.0).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def tail_lines(path: str, count: int) -> tuple[list[str], int]:
+    """The last `count` lines and how many lines the file has."""
+    total = 0
+    last: deque[str] = deque(maxlen=max(count, 0))
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                total += 1
+                last.append(line.rstrip("\n"))
+    except FileNotFoundError:
+        return [], 0
+    return list(last), total
