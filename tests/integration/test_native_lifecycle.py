@@ -1,0 +1,221 @@
+"""`sm120 launch tiny` against a real vLLM (CPU build): READY, chat, status, logs, stop,
+and every failure path leaving nothing running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sm120.runtime.native import group_members
+from tests.integration.realstack import (
+    engine_processes,
+    free_port,
+    port_is_free,
+    sm120,
+    start_sm120,
+    state_of,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sm120.tiny_model import ensure_tiny_model
+
+    dest = tmp_path_factory.mktemp("models") / "tiny"
+    return ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), dest, lambda _: None)
+
+
+def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and engine_processes(port):
+        time.sleep(0.5)
+    assert engine_processes(port) == []
+    if pgid is not None:
+        assert group_members(pgid) == []
+    assert port_is_free(port)
+    assert state_of(home) is None
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model: Path
+) -> Iterator[dict[str, object]]:
+    home = tmp_path_factory.mktemp("home")
+    port = free_port()
+    launched = sm120(home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model))
+    info: dict[str, object] = {"home": home, "port": port, "launch": launched}
+    yield info
+    sm120(home, "stop")
+
+
+def test_launch_prints_ready_banner(served: dict[str, object]) -> None:
+    launched = served["launch"]
+    assert launched.returncode == 0, launched.stderr[-3000:]  # type: ignore[attr-defined]
+    out = launched.stdout  # type: ignore[attr-defined]
+    assert "READY tiny answered:" in out
+    assert f"http://127.0.0.1:{served['port']}/v1" in out
+    assert "KV cache  1,048,576 tokens" in out  # 1 GiB / (2 layers x 2 heads x 64 x 2 x 2 B)
+    assert "loading weights" in out
+    # phase progress went to stderr as it happened
+    assert "sizing the KV cache" in launched.stderr  # type: ignore[attr-defined]
+
+
+def test_api_key_is_required_and_never_printed(served: dict[str, object]) -> None:
+    home = Path(str(served["home"]))
+    key = (home / "deployments" / "tiny" / "api_key").read_text().strip()
+    assert oct((home / "deployments" / "tiny" / "api_key").stat().st_mode & 0o777) == "0o600"
+    launched = served["launch"]
+    assert key not in launched.stdout + launched.stderr  # type: ignore[attr-defined]
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    url = f"http://127.0.0.1:{served['port']}/v1/chat/completions"
+    assert httpx.post(url, json=body, timeout=60).status_code == 401
+    ok = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_chat_streams_tokens(served: dict[str, object]) -> None:
+    result = sm120(Path(str(served["home"])), "chat", "hello", "--max-tokens", "8")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    assert "TTFT" in result.stderr and "tok/s" in result.stderr
+
+
+def test_chat_without_streaming_and_from_stdin(served: dict[str, object]) -> None:
+    import subprocess
+    import sys
+
+    from tests.integration.realstack import cli_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "sm120", "chat", "--no-stream", "--max-tokens", "6"],
+        input="a question from a pipe",
+        env=cli_env(Path(str(served["home"]))),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+    assert "tokens" in result.stderr
+
+
+def test_status_shows_the_deployment(served: dict[str, object]) -> None:
+    result = sm120(Path(str(served["home"])), "status", "--json")
+    rows = json.loads(result.stdout)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["running"] is True and row["health"] == 200
+    assert row["endpoint"] == f"http://127.0.0.1:{served['port']}/v1"
+    assert row["kv_cache_usage_pct"] >= 0.0
+
+
+def test_logs_show_real_engine_lines(served: dict[str, object]) -> None:
+    result = sm120(Path(str(served["home"])), "logs", "-n", "1000")
+    assert result.returncode == 0
+    assert "CPU KV cache size: 1,048,576 tokens" in result.stdout
+    assert "Application startup complete." in result.stdout
+
+
+def test_second_launch_refuses_with_a_hint(served: dict[str, object]) -> None:
+    result = sm120(Path(str(served["home"])), "launch", "tiny", "--port", str(served["port"]))
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("Error: deployment 'tiny' is already running")
+    assert "--replace" in result.stderr
+
+
+def test_stop_leaves_nothing_running(served: dict[str, object]) -> None:
+    home, port = Path(str(served["home"])), int(str(served["port"]))
+    pgid = state_of(home)["supervisor_pid"]  # type: ignore[index]
+    result = sm120(home, "stop")
+    assert result.returncode == 0
+    assert result.stdout.startswith("stopped tiny: the engine exited")
+    assert_nothing_left(home, port, pgid)
+
+
+def test_killed_engine_is_reported_dead(tmp_path: Path, tiny_model: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    launched = sm120(home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    state = state_of(home)
+    assert state is not None and state["engine_pid"]
+    os.kill(state["engine_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    row: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        row = json.loads(sm120(home, "status", "--json").stdout)[0]
+        if not row["running"]:
+            break
+        time.sleep(0.5)
+    assert row["running"] is False
+    assert row["exit_signal"] == signal.SIGKILL
+    assert "killed by SIGKILL" in sm120(home, "status").stdout
+    stopped = sm120(home, "stop")
+    assert "already ended" in stopped.stdout
+    assert_nothing_left(home, port, state["supervisor_pid"])
+
+
+def test_taken_port_fails_before_anything_starts(tmp_path: Path, tiny_model: Path) -> None:
+    import socket
+
+    home = tmp_path / "home"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = sm120(home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model))
+        took = time.monotonic() - started
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"Error: port {port} on 127.0.0.1 is already in use (Address already in "
+        "use) (hint: pick another with --port, or 'sm120 status' / 'sm120 stop' "
+        "if it is ours)"
+    ]
+    assert took < 20
+    assert state_of(home) is None
+
+
+def test_broken_model_dir_is_diagnosed_and_cleaned_up(tmp_path: Path, tiny_model: Path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:1000])  # a truncated shard
+    home, port = tmp_path / "home", free_port()
+    result = sm120(home, "launch", "tiny", "--port", str(port), "--model-dir", str(broken))
+    assert result.returncode == 2
+    assert "--- last" in result.stderr  # the log tail is shown
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: the engine exited with code")
+    assert "before it was ready" in last
+    assert_nothing_left(home, port, None)
+
+
+def test_sigint_during_the_wait_cleans_up(tmp_path: Path, tiny_model: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    launcher = start_sm120(
+        home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model)
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not engine_processes(port):
+        time.sleep(0.2)
+    assert engine_processes(port), "the engine never started"
+    time.sleep(3)  # well inside startup: the engine takes ~45 s to be ready here
+    pgid = (state_of(home) or {}).get("supervisor_pid")
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130
+    assert "interrupted: the engine was stopped" in err
+    assert_nothing_left(home, port, pgid)  # type: ignore[arg-type]
