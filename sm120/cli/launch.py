@@ -111,3 +111,7 @@ def launch(
         timeout_s=timeout,
     )
     raise typer.Exit(serve(checked, options, foreground=foreground))
+
+
+def _ask(question: str) -> bool:
+    return typer.confirm(question, default=True, err=True)

