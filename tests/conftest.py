@@ -52,6 +52,12 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     yield home
 
 
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The real engine's Python (set up by pytest_collection_modifyitems for integration runs)."""
+    return Path(os.environ["VLLM_PYTHON"])
+
+
 @pytest.fixture
 def cli() -> CliRunner:
     return CliRunner()

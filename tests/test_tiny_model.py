@@ -1,32 +1,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sm120.engine_env import engine_python_in, is_ready, managed_engine_dir
 from sm120.tiny_model import TinyModelError, default_tiny_model_dir, ensure_tiny_model
-
-
-def find_engine_python() -> Path | None:
-    """Looked up once, before any test points SM120_HOME at a temporary directory."""
-    from_env = os.environ.get("VLLM_PYTHON")
-    if from_env:
-        return Path(from_env)
-    if is_ready(managed_engine_dir()):
-        return engine_python_in(managed_engine_dir())
-    return None
-
-
-ENGINE_PYTHON = find_engine_python()
-needs_engine = pytest.mark.skipif(
-    ENGINE_PYTHON is None,
-    reason="no engine Python: set VLLM_PYTHON or run `sm120 engine install` first",
-)
 
 CHECK_MODEL = """
 import json, sys
@@ -77,11 +58,9 @@ def test_unrunnable_engine_python_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@needs_engine
-def test_tiny_model_loads_in_the_engine_python(tmp_path: Path) -> None:
-    assert ENGINE_PYTHON is not None
+def test_tiny_model_loads_in_the_engine_python(tmp_path: Path, engine_python: Path) -> None:
     progress: list[str] = []
-    dest = ensure_tiny_model(ENGINE_PYTHON, tmp_path / "tiny", progress.append)
+    dest = ensure_tiny_model(engine_python, tmp_path / "tiny", progress.append)
 
     config = json.loads((dest / "config.json").read_text())
     assert config["hidden_size"] // config["num_attention_heads"] == 64
@@ -97,7 +76,7 @@ def test_tiny_model_loads_in_the_engine_python(tmp_path: Path) -> None:
     assert f"tiny model written to {dest}" in progress
 
     checked = subprocess.run(
-        [str(ENGINE_PYTHON), "-c", CHECK_MODEL, str(dest)],
+        [str(engine_python), "-c", CHECK_MODEL, str(dest)],
         capture_output=True,
         text=True,
         check=True,
@@ -112,11 +91,9 @@ def test_tiny_model_loads_in_the_engine_python(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@needs_engine
-def test_builds_are_byte_identical(tmp_path: Path) -> None:
-    assert ENGINE_PYTHON is not None
-    first = ensure_tiny_model(ENGINE_PYTHON, tmp_path / "a", lambda line: None)
-    second = ensure_tiny_model(ENGINE_PYTHON, tmp_path / "b", lambda line: None)
+def test_builds_are_byte_identical(tmp_path: Path, engine_python: Path) -> None:
+    first = ensure_tiny_model(engine_python, tmp_path / "a", lambda line: None)
+    second = ensure_tiny_model(engine_python, tmp_path / "b", lambda line: None)
     names = sorted(path.name for path in first.iterdir())
     assert names == sorted(path.name for path in second.iterdir())
     for name in names:

@@ -27,11 +27,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
     from sm120.tiny_model import ensure_tiny_model
 
     dest = tmp_path_factory.mktemp("models") / "tiny"
-    return ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), dest, lambda _: None)
+    return ensure_tiny_model(engine_python, dest, lambda _: None)
 
 
 def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
