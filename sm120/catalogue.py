@@ -75,7 +75,7 @@ def engine_flags(engine: str) -> EngineFlags:
     return EngineFlags(engine, flags, frozenset(raw["reserved"]), raw["flavours"])
 
 
-def coerce_flag_value(spec: FlagSpec, value: Any, flavour: str, engine: str) -> Any:
+def coerce_flag_value(spec: FlagSpec, value: Any) -> Any:
     """Check a value against its flag's type; JSON flags also accept a JSON string."""
     if value is None:
         return None

@@ -246,10 +246,9 @@ def _validated(model: type[BaseModel], data: dict[str, Any], section: str) -> An
 
 def _check_args(work: _Work) -> None:
     flags = engine_flags(work.engine)
-    flavour = str(work.image["flavour"])
     for name in list(work.args):
         spec = flags.spec(name)
-        work.args[name] = coerce_flag_value(spec, work.args[name], flavour, work.engine)
+        work.args[name] = coerce_flag_value(spec, work.args[name])
 
 
 def _derive(work: _Work, pending: list[str]) -> dict[str, Any]:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from sm120.cli.errors import cli_errors
+
+if TYPE_CHECKING:
+    from sm120.plan import PlanRequest
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +29,7 @@ def _request(
     force: list[str],
     env_file: Path | None,
     no_think: bool,
-) -> object:
+) -> PlanRequest:
     from sm120.dotenv import read_dotenv
     from sm120.plan import PlanRequest
 
@@ -84,7 +88,7 @@ def launch(
         from sm120.hardware import Hardware, detect
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
-    checked = checked_plan(request, hardware)  # type: ignore[arg-type]
+    checked = checked_plan(request, hardware)
     if dry_run:
         if as_json:
             typer.echo(json.dumps(plan_document(checked), indent=2))

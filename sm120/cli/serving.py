@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 
 from rich.console import Console
 
@@ -85,5 +84,4 @@ def _follow_until_interrupted(ready: Ready, runtime: NativeRuntime) -> int:
         sys.stderr.write("stopping...\n")
         runtime.stop(state)
         clear_state(state.name)
-        time.sleep(0)
         return 0
