@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from sm120.render.environment import render_env
 
 
 def container_argv(
-    environ: dict[str, str], force: tuple[str, ...] = ()
+    environ: dict[str, str], force: tuple[str, ...] = (), *, prepare: bool = True
 ) -> tuple[list[str], dict[str, str]]:
     recipe = environ.get("RECIPE")
     if not recipe:
@@ -40,9 +41,24 @@ def container_argv(
     checked.raise_on_failure()
     # Inside the container the engine listens on all interfaces; compose publishes the port
     # on the host address the plan asks for (127.0.0.1 by default).
-    argv = render_argv(checked.plan, container_model_dir=model_dir, bind_host="0.0.0.0")
+    plan = checked.plan
+    if prepare and plan.model.generated == "tiny" and model_dir is None and plan.model_dir:
+        _ensure_tiny_model(Path(plan.model_dir))
+    argv = render_argv(plan, container_model_dir=model_dir, bind_host="0.0.0.0")
     api_key = environ.get("VLLM_API_KEY") or None
-    return argv, render_env(checked.plan, api_key=api_key)
+    return argv, render_env(plan, api_key=api_key)
+
+
+def _ensure_tiny_model(dest: Path) -> None:
+    """The CPU recipe's model is generated, not downloaded: make it inside the container
+    (the image has torch and transformers) unless a mounted /model already holds one."""
+    if (dest / "config.json").is_file():
+        return
+    from sm120.tiny_model import BUILDER_SCRIPT
+
+    sys.stderr.write(f"sm120: building the tiny test model in {dest}\n")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-I", str(BUILDER_SCRIPT), str(dest)], check=True)
 
 
 def main() -> int:
@@ -51,7 +67,9 @@ def main() -> int:
     parser.add_argument("--force", action="append", default=[], help="skip a rule by id")
     options = parser.parse_args()
     try:
-        argv, env = container_argv(dict(os.environ), tuple(options.force))
+        argv, env = container_argv(
+            dict(os.environ), tuple(options.force), prepare=not options.print
+        )
     except SM120Error as exc:
         sys.stderr.write(f"Error: {exc.one_line()}\n")
         return 2

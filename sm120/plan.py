@@ -55,6 +55,9 @@ class PlanRequest:
     dotenv: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
 
+# Images sm120 builds are tagged sm120/<recipe>:<plan-hash>.
+BUILT_IMAGE_PREFIX = "sm120/"
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -92,9 +95,17 @@ class LaunchPlan:
         return dict(self.env)
 
     @property
-    def image_ref(self) -> str:
+    def base_image_ref(self) -> str:
+        """The published image: what runs for 'pull', what the build starts FROM otherwise."""
         ref = f"{self.image.name}:{self.image.tag}"
         return f"{ref}@{self.image.digest}" if self.image.digest else ref
+
+    @property
+    def image_ref(self) -> str:
+        """The image a container of this plan runs."""
+        if self.image.build == "dockerfile":
+            return f"{BUILT_IMAGE_PREFIX}{self.recipe}:{self.plan_hash}"
+        return self.base_image_ref
 
 
 @dataclass

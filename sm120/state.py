@@ -73,6 +73,8 @@ class DeploymentState:
     served_model_name: str
     model_dir: str | None
     api_key_file: str | None
+    # Docker runtime: the engine's container (found again by its labels if this is lost).
+    container_id: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,7 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
+    from sm120.plan import LaunchPlan as PlanT
     from sm120.plan import PlanRequest
 
 
@@ -65,7 +68,12 @@ def launch(
     arch: str | None = typer.Option(None, "--arch", help="Check against this arch (sm_120)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
-    runtime: str = typer.Option("native", "--runtime", help="Where the engine runs: native."),
+    runtime: str = typer.Option(
+        "native", "--runtime", help="Where the engine runs: native or docker."
+    ),
+    network: str = typer.Option(
+        "bridge", "--network", help="Docker runtime: bridge (port published) or host."
+    ),
     name: str | None = typer.Option(None, "--name", help="Deployment name (default: recipe)."),
     vllm_python: str | None = typer.Option(
         None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
@@ -88,10 +96,14 @@ def launch(
         from sm120.hardware import Hardware, detect
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
+    _check_runtime(runtime, network)
     checked = checked_plan(request, hardware)
     if dry_run:
         if as_json:
-            typer.echo(json.dumps(plan_document(checked), indent=2))
+            document = plan_document(checked)
+            if runtime == "docker":
+                document["container"] = _container_preview(checked.plan, name, network)
+            typer.echo(json.dumps(document, indent=2))
         else:
             from sm120.cli.present import show_plan
 
@@ -100,10 +112,6 @@ def launch(
             raise typer.Exit(1)
         return
     checked.raise_on_failure()
-    if runtime != "native":
-        from sm120.errors import SM120Error
-
-        raise SM120Error(f"unknown runtime '{runtime}'", "use --runtime native")
     from sm120.cli.serving import serve
     from sm120.lifecycle.launcher import LaunchOptions
 
@@ -113,8 +121,45 @@ def launch(
         api_key=api_key,
         replace=replace,
         timeout_s=timeout,
+        confirm=None if yes or not sys.stdin.isatty() else _ask,
+        docker_network=network,
     )
-    raise typer.Exit(serve(checked, options, foreground=foreground))
+    raise typer.Exit(serve(checked, options, runtime=runtime, foreground=foreground))
+
+
+RUNTIMES = ("native", "docker")
+NETWORKS = ("bridge", "host")
+
+
+def _check_runtime(runtime: str, network: str) -> None:
+    from sm120.errors import SM120Error
+    from sm120.suggest import did_you_mean
+
+    if runtime not in RUNTIMES:
+        raise SM120Error(
+            f"unknown runtime '{runtime}'{did_you_mean(runtime, RUNTIMES)}",
+            "use --runtime native or --runtime docker",
+        )
+    if network not in NETWORKS:
+        raise SM120Error(
+            f"unknown Docker network mode '{network}'{did_you_mean(network, NETWORKS)}",
+            "use --network bridge (publish the port) or --network host",
+        )
+
+
+def _container_preview(plan: PlanT, name: str | None, network: str) -> dict[str, object]:
+    """The containers.run arguments launch would use; the image id is looked up if Docker is
+    reachable, and the API key is never shown (it is generated at launch)."""
+    from sm120 import docker_api
+    from sm120.lifecycle.containers import placement
+    from sm120.render.container import render_container
+
+    image_id = None
+    # A dry run must not need Docker: without it the cache path says "unbuilt".
+    with contextlib.suppress(docker_api.DockerUnavailable):
+        found = docker_api.get_image(docker_api.connect(), plan.image_ref)
+        image_id = str(found.id) if found is not None else None
+    return render_container(plan, placement(plan, name or plan.recipe, image_id, network, None))
 
 
 def _ask(question: str) -> bool:

@@ -14,6 +14,7 @@ from sm120.errors import SM120Error
 from sm120.lifecycle.launcher import LaunchOptions, Ready, describe_failure, launch
 from sm120.lifecycle.wait import PHASE_WORDS, StartupFailed
 from sm120.phases import Phase
+from sm120.runtime.base import Runtime
 from sm120.runtime.native import NativeRuntime
 from sm120.state import clear_state
 
@@ -22,15 +23,17 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def serve(checked: CheckedPlan, options: LaunchOptions, *, foreground: bool) -> int:
-    runtime = NativeRuntime()
+def serve(
+    checked: CheckedPlan, options: LaunchOptions, *, runtime: str = "native", foreground: bool
+) -> int:
+    engine_runtime = _runtime(runtime)
     plan = checked.plan
     # SIGTERM to the launcher (e.g. a CI timeout) cleans up like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     timeout = options.timeout_s or plan.timeouts.ready_s
     try:
         with PhaseProgress(plan.recipe, timeout) as progress:
-            ready = launch(checked, runtime, options, progress.message, progress.update)
+            ready = launch(checked, engine_runtime, options, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):
             sys.stderr.write(line + "\n")
@@ -44,8 +47,16 @@ def serve(checked: CheckedPlan, options: LaunchOptions, *, foreground: bool) -> 
         return 2
     banner(ready)
     if foreground:
-        return _follow_until_interrupted(ready, runtime)
+        return _follow_until_interrupted(ready, engine_runtime)
     return 0
+
+
+def _runtime(kind: str) -> Runtime:
+    if kind == "docker":
+        from sm120.runtime.docker import DockerRuntime
+
+        return DockerRuntime()
+    return NativeRuntime()
 
 
 def banner(ready: Ready) -> None:
@@ -72,7 +83,7 @@ def banner(ready: Ready) -> None:
     )
 
 
-def _follow_until_interrupted(ready: Ready, runtime: NativeRuntime) -> int:
+def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
     state = ready.state
     try:
         for line in runtime.follow(state):

@@ -16,6 +16,10 @@ def runtime_for(state: DeploymentState) -> Runtime:
 
     if state.runtime == "native":
         return NativeRuntime()
+    if state.runtime == "docker":
+        from sm120.runtime.docker import DockerRuntime
+
+        return DockerRuntime()
     raise NoDeployment(
         f"deployment {state.name} uses unknown runtime '{state.runtime}'", "upgrade sm120"
     )

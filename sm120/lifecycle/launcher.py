@@ -42,6 +42,9 @@ class LaunchOptions:
     timeout_s: float | None = None
     # Asked before long one-off work (provisioning the engine); None means go ahead.
     confirm: Callable[[str], bool] | None = None
+    # Docker runtime: "bridge" publishes the port on the plan's address, "host" shares the
+    # host's network (engines without a bridge network).
+    docker_network: str = "bridge"
 
 
 @dataclass
@@ -58,7 +61,11 @@ def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progre
     existing = load_state(options.name)
     if existing is None:
         return
-    if runtime.status(existing).running:
+    from sm120.lifecycle.find import runtime_for
+
+    # The deployment may run under another runtime than the one asked for now.
+    current = runtime_for(existing)
+    if current.status(existing).running:
         if not options.replace:
             raise LaunchError(
                 f"deployment '{options.name}' is already running on "
@@ -66,7 +73,7 @@ def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progre
                 f"use it ('sm120 chat'), stop it ('sm120 stop {options.name}'), or --replace",
             )
         progress(f"stopping the running '{options.name}' (--replace)")
-        runtime.stop(existing)
+        current.stop(existing)
     clear_state(options.name)
 
 
@@ -122,6 +129,26 @@ def start_spec(plan: LaunchPlan, options: LaunchOptions, python: str) -> LaunchS
     )
 
 
+def _prepare(
+    plan: LaunchPlan, runtime: Runtime, options: LaunchOptions, progress: Progress
+) -> LaunchSpec:
+    if runtime.kind == "docker":
+        from sm120.lifecycle.containers import docker_spec
+
+        return docker_spec(
+            getattr(runtime, "client"),  # noqa: B009 - only the Docker runtime has one
+            plan,
+            deployment=options.name,
+            api_key=options.api_key,
+            network=options.docker_network,
+            confirm=options.confirm,
+            progress=progress,
+        )
+    python = _engine_python(plan, options, progress)
+    _model_ready(plan, python, progress)
+    return start_spec(plan, options, python)
+
+
 def launch(
     checked: CheckedPlan,
     runtime: Runtime,
@@ -134,9 +161,7 @@ def launch(
     checked.raise_on_failure()
     refuse_or_replace(runtime, options, progress)
     ensure_port_free(plan.host, plan.port)
-    python = _engine_python(plan, options, progress)
-    _model_ready(plan, python, progress)
-    spec = start_spec(plan, options, python)
+    spec = _prepare(plan, runtime, options, progress)
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")  # a fresh log per launch; the monitor keeps history elsewhere

@@ -43,15 +43,24 @@ class ModelSource(Strict):
 
 
 class ImageSpec(Strict):
-    name: str = Field(description="Image repository, e.g. vllm/vllm-openai.")
+    name: str = Field(
+        description="Image repository: the published image for 'pull', the base image the "
+        "Dockerfile starts FROM for 'dockerfile' (e.g. vllm/vllm-openai)."
+    )
     tag: str = Field(description="Pinned tag; never a moving tag like latest.")
     digest: str | None = Field(
         None, description="sha256 digest when known; preferred over the tag when pulling."
     )
     build: Literal["pull", "dockerfile"] = Field(
-        description="'pull' uses the published image; 'dockerfile' builds images/<context>/."
+        description="'pull' runs the published image; 'dockerfile' builds images/<context>/ "
+        "FROM it and tags the result sm120/<recipe>:<plan-hash>."
     )
     context: str | None = Field(None, description="Build context under images/ for 'dockerfile'.")
+    build_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="Dockerfile build arguments: engine repository, ref and commit, pinned "
+        "package versions. BASE_IMAGE is always set from name/tag/digest.",
+    )
     python: str = Field("python3", description="Interpreter inside the image that runs the engine.")
     flavour: str = Field(
         description="Engine build family for the flag catalogue (e.g. upstream, b12x, pr41834, "

@@ -60,3 +60,16 @@ def render_compose_service(plan: LaunchPlan) -> dict[str, Any]:
             }
         }
     return service
+
+
+def render_compose_file(plan: LaunchPlan) -> str:
+    """A standalone compose file for one plan: the resolved command baked in, no .env."""
+    import yaml  # deferred: renderers stay importable without it
+
+    document = {"services": {"server": render_compose_service(plan)}}
+    header = (
+        f"# sm120 compose {plan.recipe}: plan {plan.plan_hash}"
+        f"{' (variants ' + ','.join(plan.variants) + ')' if plan.variants else ''}.\n"
+        f"# Build the image first: sm120 build {plan.recipe}. Then: docker compose -f FILE up\n"
+    )
+    return header + yaml.safe_dump(document, sort_keys=False, width=100)

@@ -7,7 +7,7 @@ import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sm120.state import DeploymentState
 
@@ -27,6 +27,8 @@ class LaunchSpec:
     served_model_name: str
     model_dir: str | None
     api_key_file: str | None
+    # Docker runtime: the rendered containers.run arguments (sm120.render.container).
+    container: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -71,6 +73,9 @@ class RuntimeStatus:
 
 
 class Runtime(Protocol):
+    # "native" or "docker": how the launcher prepares what the runtime starts.
+    kind: str
+
     def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
         """Start the engine in the background, save and return its state."""
         ...

@@ -41,6 +41,8 @@ class NativeRuntimeError(SM120Error):
 
 
 class NativeRuntime:
+    kind = RUNTIME_NAME
+
     def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
         if not spec.argv:
             raise NativeRuntimeError(f"nothing to run for deployment {spec.name}: empty argv")

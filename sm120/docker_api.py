@@ -1,0 +1,171 @@
+"""The one module that talks to Docker (through the docker SDK).
+
+Everything else hands plain data in (the renderer's `containers.run` arguments, a build
+context) and gets plain data or SDK objects back, so tests can pass a real engine or skip it.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from sm120.errors import SM120Error
+
+Progress = Callable[[str], None]
+
+
+class DockerUnavailable(SM120Error):
+    """The Docker engine cannot be reached (or the SDK is missing)."""
+
+
+class DockerFailure(SM120Error):
+    """Docker refused or failed an operation."""
+
+
+def connect() -> Any:
+    """A docker SDK client for DOCKER_HOST (or the default socket), checked with a ping."""
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - docker is a dependency
+        raise DockerUnavailable("the docker SDK is not installed", "pip install docker") from exc
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(
+            f"cannot reach the Docker engine ({_first_line(exc)})",
+            "start Docker, or point DOCKER_HOST at a running engine (sm120 doctor checks this)",
+        ) from exc
+    return client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def sdk_run_kwargs(run: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the renderer's JSON-able fields into the SDK objects containers.run expects."""
+    from docker.types import DeviceRequest, Ulimit
+
+    kwargs = dict(run)
+    if "device_requests" in kwargs:
+        kwargs["device_requests"] = [DeviceRequest(**req) for req in kwargs["device_requests"]]
+    if "ulimits" in kwargs:
+        kwargs["ulimits"] = [Ulimit(**limit) for limit in kwargs["ulimits"]]
+    if "ports" in kwargs:
+        kwargs["ports"] = {port: tuple(binding) for port, binding in kwargs["ports"].items()}
+    return kwargs
+
+
+def run_container(client: Any, run: Mapping[str, Any]) -> Any:
+    kwargs = sdk_run_kwargs(run)
+    image = kwargs.pop("image")
+    try:
+        return client.containers.run(image, **kwargs)
+    except Exception as exc:
+        raise DockerFailure(
+            f"docker could not start {run.get('name')}: {_first_line(exc)}",
+            "see 'sm120 doctor' (GPU runtime, image present, port and name free)",
+        ) from exc
+
+
+def containers_labelled(client: Any, labels: Mapping[str, str]) -> list[Any]:
+    wanted = [f"{key}={value}" for key, value in labels.items()]
+    return list(client.containers.list(all=True, filters={"label": wanted}))
+
+
+def get_container(client: Any, ident: str) -> Any | None:
+    from docker.errors import NotFound
+
+    try:
+        return client.containers.get(ident)
+    except NotFound:
+        return None
+
+
+def images_labelled(client: Any, labels: Mapping[str, str]) -> list[Any]:
+    wanted = [f"{key}={value}" for key, value in labels.items()]
+    return list(client.images.list(filters={"label": wanted}))
+
+
+def get_image(client: Any, ref: str) -> Any | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(ref)
+    except ImageNotFound:
+        return None
+
+
+def build_image(
+    client: Any,
+    context: bytes,
+    *,
+    dockerfile: str,
+    tag: str,
+    buildargs: Mapping[str, str],
+    labels: Mapping[str, str],
+    network_mode: str | None,
+    no_cache: bool,
+    progress: Progress,
+) -> str:
+    """Build from an in-memory tar context, streaming Docker's output; return the image id."""
+    stream = client.api.build(
+        fileobj=io.BytesIO(context),
+        custom_context=True,
+        dockerfile=dockerfile,
+        tag=tag,
+        buildargs=dict(buildargs),
+        labels=dict(labels),
+        network_mode=network_mode,
+        nocache=no_cache,
+        rm=True,
+        forcerm=True,
+        decode=True,
+    )
+    image_id, tail = _consume_build_stream(stream, progress)
+    if image_id is None:
+        raise DockerFailure(
+            "the image build failed: " + (tail[-1] if tail else "no output from Docker"),
+            "the lines above show the failing step; fix it and run 'sm120 build' again",
+        )
+    return image_id
+
+
+def _consume_build_stream(
+    stream: Iterator[dict[str, Any]], progress: Progress
+) -> tuple[str | None, list[str]]:
+    image_id: str | None = None
+    tail: list[str] = []
+    for chunk in stream:
+        if "error" in chunk:
+            message = str(chunk.get("error", "")).strip()
+            tail.append(message)
+            progress(message)
+            return None, tail
+        text = str(chunk.get("stream", "")).rstrip("\n")
+        for line in text.splitlines():
+            if line.strip():
+                tail = [*tail[-20:], line]
+                progress(line)
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "ID" in aux:
+            image_id = str(aux["ID"])
+    return image_id, tail
+
+
+def read_file_from_container(container: Any, path: str) -> bytes | None:
+    """A file's bytes from a (running or stopped) container, None if it is not there."""
+    from docker.errors import NotFound
+
+    try:
+        chunks, _ = container.get_archive(path)
+    except NotFound:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+        member = archive.next()
+        handle = archive.extractfile(member) if member is not None else None
+        return handle.read() if handle else None

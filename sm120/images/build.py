@@ -1,0 +1,155 @@
+"""`sm120 build`: build a recipe's image (or reuse one whose labels already match)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120 import docker_api
+from sm120.errors import SM120Error
+from sm120.images.context import build_context, source_root
+from sm120.images.manifest import (
+    BUILD_HASH_LABEL,
+    RECIPE_LABEL,
+    base_build_args,
+    build_hash,
+    make_manifest,
+    manifest_labels,
+    patch_entries,
+)
+from sm120.plan import LaunchPlan
+
+Progress = Callable[[str], None]
+
+
+class BuildRefused(SM120Error):
+    """The plan's image is not one sm120 builds."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    no_cache: bool = False
+    # Extra wheels put in the context (e.g. a CPU torch build that no index here serves).
+    wheels: Sequence[Path] = ()
+    # Docker build network: "host" where the engine has no bridge network.
+    network: str | None = None
+    # Extra build arguments on top of the recipe's (e.g. TORCH_INDEX_URL=).
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build would do; what `sm120 build --dry-run` prints."""
+
+    tag: str
+    build_hash: str
+    dockerfile: str
+    base: str
+    build_args: dict[str, str]
+    files: tuple[str, ...]
+    context_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tag": self.tag,
+            "build_hash": self.build_hash,
+            "dockerfile": self.dockerfile,
+            "base": self.base,
+            "build_args": self.build_args,
+            "context_files": len(self.files),
+            "context_bytes": self.context_bytes,
+            "labels": [RECIPE_LABEL, BUILD_HASH_LABEL, "sm120.manifest", "org.opencontainers.*"],
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    tag: str
+    image_id: str
+    reused: bool
+
+
+def _context_name(plan: LaunchPlan) -> str:
+    if plan.image.build != "dockerfile" or not plan.image.context:
+        raise BuildRefused(
+            f"{plan.recipe} runs the published image {plan.image_ref}; there is nothing to build",
+            f"pull it instead: docker pull {plan.image_ref}",
+        )
+    return plan.image.context
+
+
+def plan_build(plan: LaunchPlan, options: BuildOptions) -> tuple[BuildPlan, bytes]:
+    context = build_context(_context_name(plan), options.wheels)
+    args = {**base_build_args(plan), **options.build_args}
+    # Overrides change the image, except those that only say where packages come from.
+    content_args = {k: v for k, v in options.build_args.items() if not k.endswith("_INDEX_URL")}
+    described = BuildPlan(
+        tag=plan.image_ref,
+        build_hash=build_hash(plan, context.digest, content_args),
+        dockerfile=context.dockerfile,
+        base=plan.base_image_ref,
+        build_args=args,
+        files=context.files,
+        context_bytes=len(context.tar),
+    )
+    return described, context.tar
+
+
+def find_built(client: Any, plan: LaunchPlan, wanted_hash: str) -> Any | None:
+    matches = docker_api.images_labelled(
+        client, {RECIPE_LABEL: plan.recipe, BUILD_HASH_LABEL: wanted_hash}
+    )
+    return matches[0] if matches else None
+
+
+def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
+    image = docker_api.get_image(client, base)
+    if image is None:
+        progress(f"pulling the base image {base}")
+        try:
+            image = client.images.pull(base)
+        except Exception as exc:
+            raise docker_api.DockerFailure(
+                f"cannot pull the base image {base}: {docker_api._first_line(exc)}",
+                "check the registry is reachable, or load the image with 'docker load'",
+            ) from exc
+    repo_digests = image.attrs.get("RepoDigests") or []
+    if repo_digests:
+        return str(repo_digests[0]).split("@", 1)[1]
+    # A locally made or loaded image has no registry digest: its content id still pins it.
+    return str(image.id)
+
+
+def build(
+    client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress
+) -> BuildResult:
+    described, tar = plan_build(plan, options)
+    if not options.no_cache:
+        existing = find_built(client, plan, described.build_hash)
+        if existing is not None:
+            existing.tag(described.tag)
+            progress(f"reusing {existing.short_id}: its labels match build {described.build_hash}")
+            return BuildResult(described.tag, str(existing.id), reused=True)
+    digest = _base_digest(client, described.base, progress)
+    manifest = make_manifest(
+        plan,
+        build_id=described.build_hash,
+        base_digest=digest,
+        patches=patch_entries(source_root() / "images" / _context_name(plan)),
+    )
+    args = {**described.build_args, "SM120_MANIFEST": json.dumps(manifest, sort_keys=True)}
+    image_id = docker_api.build_image(
+        client,
+        tar,
+        dockerfile=described.dockerfile,
+        tag=described.tag,
+        buildargs=args,
+        labels=manifest_labels(manifest),
+        network_mode=options.network,
+        no_cache=options.no_cache,
+        progress=progress,
+    )
+    return BuildResult(described.tag, image_id, reused=False)

@@ -1,0 +1,109 @@
+"""What an image says about itself: a manifest kept both as labels and as a file inside.
+
+Labels answer "what is this image" without starting it; the file answers the same question
+from inside a running container (`sm120 info` on a live deployment), which is where patch
+provenance matters when a bug report comes in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sm120 import __version__
+from sm120.plan import LaunchPlan
+
+MANIFEST_PATH = "/opt/sm120/manifest.json"
+MANIFEST_LABEL = "sm120.manifest"
+BUILD_HASH_LABEL = "sm120.build-hash"
+RECIPE_LABEL = "sm120.recipe"
+MANIFEST_SCHEMA = 1
+
+
+def base_build_args(plan: LaunchPlan) -> dict[str, str]:
+    return {"BASE_IMAGE": plan.base_image_ref, **plan.image.build_args}
+
+
+def build_hash(
+    plan: LaunchPlan, context_digest: str, extra_args: dict[str, str] | None = None
+) -> str:
+    """Identity of what goes into the image: image spec and context, not the serve flags,
+    so a new port or context length reuses the image instead of rebuilding it."""
+    identity = {
+        "engine": plan.engine,
+        "image": plan.image.model_dump(),
+        "context": context_digest,
+        "extra_args": extra_args or {},
+    }
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def patch_entries(context_dir: Path) -> list[dict[str, Any]]:
+    """The patches an image context applies, with what they fix (read from their headers)."""
+    if not (context_dir / "patches").is_dir():
+        return []
+    from sm120.patches import read_patch_series
+
+    return [patch.as_manifest() for patch in read_patch_series(context_dir / "patches")]
+
+
+def make_manifest(
+    plan: LaunchPlan,
+    *,
+    build_id: str,
+    base_digest: str | None,
+    patches: list[dict[str, Any]],
+    built_at: datetime | None = None,
+) -> dict[str, Any]:
+    when = built_at or datetime.now(timezone.utc)
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "recipe": plan.recipe,
+        "variants": list(plan.variants),
+        "build_hash": build_id,
+        "base": {"ref": plan.base_image_ref, "digest": base_digest},
+        "engine": {
+            "name": plan.engine,
+            "flavour": plan.image.flavour,
+            "ref": plan.image.engine_version,
+            "commit": plan.image.engine_commit,
+            "build_args": dict(plan.image.build_args),
+        },
+        "patches": patches,
+        "sm120_version": __version__,
+        "built_at": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def manifest_labels(manifest: dict[str, Any]) -> dict[str, str]:
+    """Docker labels: ours, plus the OCI annotation keys other tools already read."""
+    engine = manifest["engine"]
+    labels = {
+        RECIPE_LABEL: manifest["recipe"],
+        BUILD_HASH_LABEL: manifest["build_hash"],
+        MANIFEST_LABEL: json.dumps(manifest, sort_keys=True, separators=(",", ":")),
+        "org.opencontainers.image.title": f"sm120/{manifest['recipe']}",
+        "org.opencontainers.image.created": manifest["built_at"],
+        "org.opencontainers.image.version": str(engine["ref"]),
+        "org.opencontainers.image.base.name": manifest["base"]["ref"],
+    }
+    if engine["commit"]:
+        labels["org.opencontainers.image.revision"] = str(engine["commit"])
+    if manifest["base"]["digest"]:
+        labels["org.opencontainers.image.base.digest"] = manifest["base"]["digest"]
+    return labels
+
+
+def manifest_from_labels(labels: dict[str, str] | None) -> dict[str, Any] | None:
+    text = (labels or {}).get(MANIFEST_LABEL)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,116 @@
+"""plan -> the docker SDK `containers.run` arguments (pure: no Docker, no files touched).
+
+The result is plain JSON-able data so `launch --runtime docker --dry-run --json` can show
+exactly what would be asked of Docker; sm120.docker_api turns the few structured fields
+(device requests, ulimits) into SDK objects at the last moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sm120.plan import LaunchPlan
+from sm120.render.argv import render_argv
+from sm120.render.environment import render_env
+
+CONTAINER_MODEL_DIR = "/model"
+HEALTHCHECK_SCRIPT = "/opt/sm120/launch/healthcheck.py"
+# Where the engines keep what they compile: kept across starts so a warm start skips the
+# minutes of torch.compile / Triton / FlashInfer JIT work.
+CONTAINER_CACHES = {
+    "vllm": "/root/.cache/vllm",
+    "triton": "/root/.triton",
+    "flashinfer": "/root/.cache/flashinfer",
+}
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+# Seed 004's limits: pinned memory without a cap for NCCL, 64 MiB stacks for the kernels.
+ULIMITS = (
+    {"name": "memlock", "soft": -1, "hard": -1},
+    {"name": "stack", "soft": 67108864, "hard": 67108864},
+)
+SECOND_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ContainerPlacement:
+    """Host-side facts the renderer needs but must not look up itself."""
+
+    deployment: str
+    cache_dir: Path
+    hf_cache: Path
+    # "bridge" publishes the port on the plan's host address; "host" shares the host's
+    # network (the engine then binds the plan's address itself).
+    network: str = "bridge"
+    api_key: str | None = None
+
+
+def container_name(deployment: str) -> str:
+    return f"sm120-{deployment}"
+
+
+def container_labels(plan: LaunchPlan, deployment: str) -> dict[str, str]:
+    return {
+        "sm120.deployment": deployment,
+        "sm120.recipe": plan.recipe,
+        "sm120.variants": ",".join(plan.variants),
+        "sm120.plan-hash": plan.plan_hash,
+    }
+
+
+def container_argv(plan: LaunchPlan, network: str) -> list[str]:
+    bind = plan.host if network == "host" else "0.0.0.0"  # inside the container only
+    model_dir = CONTAINER_MODEL_DIR if plan.model_dir else None
+    return render_argv(plan, container_model_dir=model_dir, bind_host=bind)
+
+
+def _volumes(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, dict[str, str]]:
+    volumes: dict[str, dict[str, str]] = {}
+    if plan.model_dir:
+        volumes[plan.model_dir] = {"bind": CONTAINER_MODEL_DIR, "mode": "ro"}
+    volumes[str(where.hf_cache)] = {"bind": CONTAINER_HF_CACHE, "mode": "rw"}
+    for name, inside in CONTAINER_CACHES.items():
+        volumes[str(where.cache_dir / name)] = {"bind": inside, "mode": "rw"}
+    return volumes
+
+
+def _healthcheck(plan: LaunchPlan) -> dict[str, Any]:
+    return {
+        "test": ["CMD", plan.image.python, HEALTHCHECK_SCRIPT, "--port", str(plan.port)],
+        "interval": 30 * SECOND_NS,
+        "timeout": 10 * SECOND_NS,
+        "retries": 3,
+        # Big checkpoints load and compile for many minutes before /health answers.
+        "start_period": plan.timeouts.ready_s * SECOND_NS,
+    }
+
+
+def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, Any]:
+    argv = container_argv(plan, where.network)
+    run: dict[str, Any] = {
+        "image": plan.image_ref,
+        "name": container_name(where.deployment),
+        "entrypoint": argv[:1],
+        "command": argv[1:],
+        "environment": render_env(plan, api_key=where.api_key),
+        "labels": container_labels(plan, where.deployment),
+        "volumes": _volumes(plan, where),
+        "ulimits": [dict(limit) for limit in ULIMITS],
+        "restart_policy": {"Name": "unless-stopped"},
+        "healthcheck": _healthcheck(plan),
+        "privileged": False,
+        "detach": True,
+        "network_mode": where.network,
+    }
+    if where.network != "host":
+        run["ports"] = {f"{plan.port}/tcp": [plan.host, plan.port]}
+    if plan.hardware.gpus > 0:
+        # CUDA IPC between the tensor-parallel ranks needs the host IPC namespace.
+        run["ipc_mode"] = "host"
+        run["device_requests"] = [
+            {"driver": "nvidia", "count": plan.hardware.gpus, "capabilities": [["gpu"]]}
+        ]
+    else:
+        run["shm_size"] = plan.image.shm_size
+    return run

@@ -1,0 +1,164 @@
+"""A real Docker engine for the integration tests.
+
+No registry is reachable from these machines, so the tests start their own `dockerd` (vfs
+storage, no iptables, no bridge: what works unprivileged-ish here) on a private socket, and
+stand in the public base image a Dockerfile names with one made locally by debootstrap. The
+engine's data root is cached per machine so a second run reuses built layers; the daemon itself
+is stopped when the test session ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+CACHE = Path(os.environ.get("SM120_TEST_DOCKER_CACHE", Path.home() / ".cache/sm120/test-docker"))
+SOCKET = Path("/run/sm120-test-docker/docker.sock")
+BASE_IMAGE = "python:3.11-slim"
+DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+class DockerUnavailable(RuntimeError):
+    pass
+
+
+def docker_host() -> str:
+    return f"unix://{SOCKET}"
+
+
+def _docker(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "-H", docker_host(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _engine_answers() -> bool:
+    try:
+        return _docker("version", "--format", "{{.Server.Version}}", timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def running_dockerd() -> Iterator[str]:
+    """Yield DOCKER_HOST for a dockerd started here, and stop it afterwards."""
+    if shutil.which("dockerd") is None:
+        raise DockerUnavailable("dockerd is not installed (apt-get install docker.io)")
+    if os.geteuid() != 0:
+        raise DockerUnavailable("dockerd needs root on these machines")
+    if _engine_answers():  # left over by an earlier run: reuse it, and leave it running
+        yield docker_host()
+        return
+    SOCKET.parent.mkdir(parents=True, exist_ok=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log = (CACHE / "dockerd.log").open("ab")
+    daemon = subprocess.Popen(
+        [
+            "dockerd",
+            "--host",
+            docker_host(),
+            "--data-root",
+            str(CACHE / "data"),
+            "--exec-root",
+            str(SOCKET.parent / "exec"),
+            "--pidfile",
+            str(SOCKET.parent / "dockerd.pid"),
+            "--storage-driver=vfs",
+            "--iptables=false",
+            "--bridge=none",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _engine_answers():
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise DockerUnavailable(f"dockerd did not start; see {CACHE / 'dockerd.log'}")
+            time.sleep(0.5)
+        yield docker_host()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+
+
+def _debian_mirror() -> str:
+    for line in DEBIAN_SOURCES.read_text().splitlines():
+        if line.startswith("URIs:"):
+            return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+def _make_rootfs_tarball(tarball: Path) -> None:
+    """A Debian root filesystem that behaves like the public python:3.11-slim image."""
+    rootfs = tarball.with_suffix(".rootfs")
+    shutil.rmtree(rootfs, ignore_errors=True)
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3,python3-venv,python3-pip,ca-certificates,curl",
+            "bookworm",
+            str(rootfs),
+            _debian_mirror(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    # The machine reaches PyPI through a proxy whose CA only the host's bundle trusts.
+    shutil.copy(HOST_CA_BUNDLE, rootfs / "etc/ssl/certs/ca-certificates.crt")
+    for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+        marker.unlink()
+    for name in ("python3", "python"):
+        link = rootfs / "usr/local/bin" / name
+        link.unlink(missing_ok=True)
+        link.symlink_to("/usr/bin/python3")
+    partial = tarball.with_suffix(".partial")
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(partial), "."], check=True)
+    partial.rename(tarball)
+    shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def ensure_base_image(name: str = BASE_IMAGE) -> None:
+    """Make `name` exist in the test engine (a local stand-in for the public image)."""
+    if _docker("image", "inspect", name).returncode == 0:
+        return
+    tarball = CACHE / "python-3.11-slim-rootfs.tar"
+    if not tarball.is_file():
+        _make_rootfs_tarball(tarball)
+    with tarball.open("rb") as data:
+        subprocess.run(
+            ["docker", "-H", docker_host(), "import", "-", name],
+            stdin=data,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+
+
+def remove_containers(label: str) -> None:
+    ids = _docker("ps", "-aq", "--filter", f"label={label}").stdout.split()
+    if ids:
+        _docker("rm", "-f", *ids)
+
+
+def containers_with(label: str) -> list[str]:
+    return _docker("ps", "-aq", "--filter", f"label={label}").stdout.split()

