@@ -55,6 +55,7 @@ class PlanRequest:
     dotenv: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
 
+
 # Images sm120 builds are tagged sm120/<recipe>:<plan-hash>.
 BUILT_IMAGE_PREFIX = "sm120/"
 

@@ -43,10 +43,10 @@ def _build_args(pairs: list[str]) -> dict[str, str]:
 def build(
     recipe: str = typer.Argument(..., help="Recipe whose image to build, e.g. tiny."),
     variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s) (may change image)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be built; build nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the build; run nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every layer; never reuse."),
     wheel: list[Path] = typer.Option([], "--wheel", help="A wheel to put in the context (repeat)."),
-    build_arg: list[str] = typer.Option([], "--build-arg", help="KEY=VALUE on top of the recipe's."),
+    build_arg: list[str] = typer.Option([], "--build-arg", help="KEY=VALUE over the recipe's."),
     network: str | None = typer.Option(None, "--network", help="Build network (e.g. host)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -67,7 +67,8 @@ def build(
     client = docker_api.connect()
     result = build_image(client, plan, options, _progress)
     if as_json:
-        typer.echo(json.dumps({"tag": result.tag, "image_id": result.image_id, "reused": result.reused}))
+        summary = {"tag": result.tag, "image_id": result.image_id, "reused": result.reused}
+        typer.echo(json.dumps(summary))
     else:
         verb = "reused" if result.reused else "built"
         typer.echo(f"{result.tag}  ({verb} {result.image_id[:19]})")
@@ -109,9 +110,7 @@ def compose(
     from sm120.render.compose import render_compose_file
 
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
-    plan = resolve(
-        PlanRequest(recipe=recipe, variants=variants, model_dir=model_dir, port=port)
-    )
+    plan = resolve(PlanRequest(recipe=recipe, variants=variants, model_dir=model_dir, port=port))
     text = render_compose_file(plan)
     if output is None:
         typer.echo(text, nl=False)

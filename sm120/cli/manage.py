@@ -42,7 +42,8 @@ def status(
 def _status_text(row: dict[str, object]) -> str:
     lines = [f"{row['name']}  ({row['recipe']}, {row['runtime']} runtime, plan {row['plan_hash']})"]
     if row["running"]:
-        lines.append(f"  running   pid {row['pid']} since {row['since']} ({row['uptime']})")
+        where = f"container {row['container']}" if row.get("container") else f"pid {row['pid']}"
+        lines.append(f"  running   {where} since {row['since']} ({row['uptime']})")
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")

@@ -123,9 +123,7 @@ def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
     return str(image.id)
 
 
-def build(
-    client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress
-) -> BuildResult:
+def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress) -> BuildResult:
     described, tar = plan_build(plan, options)
     if not options.no_cache:
         existing = find_built(client, plan, described.build_hash)

@@ -30,7 +30,8 @@ class ImageInfo:
         base = m.get("base", {})
         lines = [
             f"{self.source}",
-            f"  recipe    {m.get('recipe')}  (build {m.get('build_hash')}, built {m.get('built_at')})",
+            f"  recipe    {m.get('recipe')}  (build {m.get('build_hash')})",
+            f"  built     {m.get('built_at')}",
             f"  base      {base.get('ref')}  digest {base.get('digest') or 'unknown'}",
             f"  engine    {engine.get('name')} {engine.get('ref')}"
             + (f" @ {engine['commit']}" if engine.get("commit") else ""),

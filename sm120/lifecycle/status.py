@@ -58,6 +58,7 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         "endpoint": f"{base}/v1",
         "served_model_name": state.served_model_name,
         "log_path": state.log_path,
+        "container": state.container_id[:12] if state.container_id else None,
     }
     if current.running:
         row["health"] = _health(base, read_api_key(state.api_key_file))

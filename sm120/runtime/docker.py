@@ -200,4 +200,3 @@ def _stop_capture(pid: int) -> None:
     # Reap it when this process started it (the launcher's failure path).
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-

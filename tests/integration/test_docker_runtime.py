@@ -49,7 +49,8 @@ def _wheel_args() -> list[str]:
 
 
 def _build(home: Path) -> dict[str, Any]:
-    result = sm120(home, "build", "tiny", *_wheel_args(), "--network", "host", "--json", timeout=3000)
+    args = ["build", "tiny", *_wheel_args(), "--network", "host", "--json"]
+    result = sm120(home, *args, timeout=3000)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout))
 
@@ -182,7 +183,11 @@ def _chat_when_up(port: int, timeout_s: float) -> dict[str, Any]:
             time.sleep(2)
         reply = client.post(
             "/v1/chat/completions",
-            json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+            json={
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 8,
+            },
         )
         reply.raise_for_status()
         return dict(reply.json())
