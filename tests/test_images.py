@@ -152,7 +152,7 @@ def test_build_plan_tags_by_plan_hash_and_passes_the_pinned_base() -> None:
     assert described.build_args["BASE_IMAGE"] == "nvidia/cuda:12.9.1-devel-ubuntu24.04"
     assert described.build_args["VLLM_REF"] == "sm120-pr-41834-stable-preview-20260626"
     assert "images/dsv4/Dockerfile" in described.files
-    assert "sm120/plan.py" in described.files
+    assert "sm120-payload/sm120/plan.py" in described.files
     assert not any("__pycache__" in name for name in described.files)
     assert len(tar) == described.context_bytes
 

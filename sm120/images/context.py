@@ -13,8 +13,10 @@ from pathlib import Path
 from sm120.errors import SM120Error
 
 # What every image carries besides its own context: the package (for the container
-# entrypoint and `sm120 info` inside), the recipes, and launch/.
+# entrypoint and `sm120 info` inside), the recipes, and launch/. They travel under one folder
+# so a Dockerfile takes them with a single COPY (each layer is a full copy on vfs storage).
 SHARED_PATHS = ("pyproject.toml", "README.md", "sm120", "launch", "recipes")
+PAYLOAD_DIR = "sm120-payload"
 SKIPPED_PARTS = {"__pycache__", "_bundled", ".mypy_cache", ".ruff_cache"}
 WHEELS_DIR = "wheels"
 
@@ -61,7 +63,9 @@ def _entries(root: Path, context: str, wheels: Iterable[Path]) -> list[tuple[str
             f"images/{context}/Dockerfile does not exist",
             "the recipe's image.context must name a folder under images/",
         )
-    entries = [entry for rel in SHARED_PATHS for entry in _walk(root, rel)]
+    entries = [
+        (f"{PAYLOAD_DIR}/{name}", path) for rel in SHARED_PATHS for name, path in _walk(root, rel)
+    ]
     entries += list(_walk(root, f"images/{context}"))
     for wheel in sorted(wheels):
         if not wheel.is_file() or wheel.suffix != ".whl":
