@@ -186,6 +186,18 @@ def test_build_is_refused_for_a_published_image() -> None:
     )
 
 
+def test_glm47_manifest_lists_its_patches_with_failure_ids() -> None:
+    from sm120.images.manifest import patch_entries
+
+    entries = patch_entries(REPO / "images" / "glm47")
+    assert [(e["name"][:4], e["failure_ids"]) for e in entries] == [
+        ("0001", ["F04"]),
+        ("0002", ["F05"]),
+        ("0003", ["F06"]),
+    ]
+    assert patch_entries(REPO / "images" / "tiny") == []
+
+
 def test_build_rejects_a_non_wheel(cli: CliRunner, tmp_path: Path) -> None:
     junk = tmp_path / "torch.tar.gz"
     junk.write_text("x")
@@ -209,11 +221,12 @@ def test_manifest_round_trips_through_labels() -> None:
         plan,
         build_id="abc",
         base_digest="sha256:1234",
-        patches=[{"name": "0001-x.patch", "failure_ids": ["F04"], "fixes": "x"}],
+        patches=[{"name": "0001-x.patch", "failure_ids": ["F04", "F05"], "subject": "x"}],
     )
     labels = manifest_labels(manifest)
     assert labels["sm120.recipe"] == "dsv4"
     assert labels["sm120.build-hash"] == "abc"
+    assert labels["sm120.patches"] == "0001-x.patch=F04,F05"
     assert labels["org.opencontainers.image.revision"] == "c766cbc6ff"
     assert labels["org.opencontainers.image.base.digest"] == "sha256:1234"
     assert labels["org.opencontainers.image.base.name"] == "nvidia/cuda:12.9.1-devel-ubuntu24.04"

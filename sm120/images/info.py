@@ -41,7 +41,7 @@ class ImageInfo:
             lines.append("  patches   none")
         for patch in patches:
             ids = ", ".join(patch.get("failure_ids", [])) or "-"
-            lines.append(f"  patch     {patch.get('name')}  [{ids}]  {patch.get('fixes', '')}")
+            lines.append(f"  patch     {patch.get('name')}  [{ids}]  {patch.get('subject', '')}")
         lines.append(f"  sm120     {m.get('sm120_version')}")
         return lines
 

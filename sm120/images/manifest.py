@@ -44,11 +44,9 @@ def build_hash(
 
 def patch_entries(context_dir: Path) -> list[dict[str, Any]]:
     """The patches an image context applies, with what they fix (read from their headers)."""
-    if not (context_dir / "patches").is_dir():
-        return []
-    from sm120.patches import read_patch_series
+    from sm120.patches import manifest, read_stack
 
-    return [patch.as_manifest() for patch in read_patch_series(context_dir / "patches")]
+    return manifest(read_stack(context_dir))
 
 
 def make_manifest(
@@ -91,6 +89,11 @@ def manifest_labels(manifest: dict[str, Any]) -> dict[str, str]:
         "org.opencontainers.image.version": str(engine["ref"]),
         "org.opencontainers.image.base.name": manifest["base"]["ref"],
     }
+    if manifest["patches"]:
+        # One line a `docker inspect` reader can scan: file=failure ids, in apply order.
+        labels["sm120.patches"] = ";".join(
+            f"{p['name']}={','.join(p['failure_ids'])}" for p in manifest["patches"]
+        )
     if engine["commit"]:
         labels["org.opencontainers.image.revision"] = str(engine["commit"])
     if manifest["base"]["digest"]:
