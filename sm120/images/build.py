@@ -13,6 +13,7 @@ from sm120.errors import SM120Error
 from sm120.images.context import build_context, source_root
 from sm120.images.manifest import (
     BUILD_HASH_LABEL,
+    MANIFEST_FILE,
     RECIPE_LABEL,
     base_build_args,
     build_hash,
@@ -124,7 +125,7 @@ def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
 
 
 def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress) -> BuildResult:
-    described, tar = plan_build(plan, options)
+    described, _ = plan_build(plan, options)
     if not options.no_cache:
         existing = find_built(client, plan, described.build_hash)
         if existing is not None:
@@ -138,13 +139,18 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
         base_digest=digest,
         patches=patch_entries(source_root() / "images" / _context_name(plan)),
     )
-    args = {**described.build_args, "SM120_MANIFEST": json.dumps(manifest, sort_keys=True)}
+    # The manifest file travels in the payload (one COPY), not as a build step of its own.
+    context = build_context(
+        _context_name(plan),
+        options.wheels,
+        generated={MANIFEST_FILE: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
+    )
     image_id = docker_api.build_image(
         client,
-        tar,
+        context.tar,
         dockerfile=described.dockerfile,
         tag=described.tag,
-        buildargs=args,
+        buildargs=described.build_args,
         labels=manifest_labels(manifest),
         network_mode=options.network,
         no_cache=options.no_cache,

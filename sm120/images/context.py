@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,23 +74,29 @@ def _entries(root: Path, context: str, wheels: Iterable[Path]) -> list[tuple[str
     return sorted(dict(entries).items())
 
 
-def build_context(context: str, wheels: Iterable[Path] = ()) -> BuildContext:
+def build_context(
+    context: str, wheels: Iterable[Path] = (), generated: Mapping[str, bytes] | None = None
+) -> BuildContext:
+    """The tar Docker builds from. `generated` files (the manifest) go into the payload folder
+    but not into the digest: they describe the build rather than define it."""
     root = source_root()
-    entries = _entries(root, context, wheels)
+    entries: list[tuple[str, Path | bytes]] = list(_entries(root, context, wheels))
+    entries += [(f"{PAYLOAD_DIR}/{name}", data) for name, data in (generated or {}).items()]
     buffer = io.BytesIO()
     digest = hashlib.sha256()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, path in entries:
-            data = path.read_bytes()
+        for name, source in entries:
+            data = source if isinstance(source, bytes) else source.read_bytes()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             # Fixed metadata: the same files always give the same bytes.
             info.mtime = 0
-            info.mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
+            executable = isinstance(source, Path) and source.stat().st_mode & 0o100
+            info.mode = 0o755 if executable else 0o644
             tar.addfile(info, io.BytesIO(data))
             # Wheels are how a pinned package is delivered, not what the image is: a build
             # with and without them carries the same content.
-            if f"/{WHEELS_DIR}/" not in name:
+            if isinstance(source, Path) and f"/{WHEELS_DIR}/" not in name:
                 digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return BuildContext(
         tar=buffer.getvalue(),

@@ -17,6 +17,8 @@ from sm120 import __version__
 from sm120.plan import LaunchPlan
 
 MANIFEST_PATH = "/opt/sm120/manifest.json"
+# Where the manifest sits in the build context's payload folder (copied to /opt/sm120/).
+MANIFEST_FILE = "manifest.json"
 MANIFEST_LABEL = "sm120.manifest"
 BUILD_HASH_LABEL = "sm120.build-hash"
 RECIPE_LABEL = "sm120.recipe"
