@@ -62,7 +62,7 @@ class BuildPlan:
             "build_args": self.build_args,
             "context_files": len(self.files),
             "context_bytes": self.context_bytes,
-            "labels": [RECIPE_LABEL, BUILD_HASH_LABEL, "sm120.manifest", "org.opencontainers.*"],
+            "labels": [RECIPE_LABEL, BUILD_HASH_LABEL, "sm120.manifest"],
         }
 
 

@@ -80,26 +80,14 @@ def make_manifest(
 
 
 def manifest_labels(manifest: dict[str, Any]) -> dict[str, str]:
-    """Docker labels: ours, plus the OCI annotation keys other tools already read."""
-    engine = manifest["engine"]
+    """Docker labels: the two sm120 looks images up by, and the whole manifest. Few on purpose:
+    the classic builder adds one build step per label, and on vfs storage each step copies the
+    image's whole filesystem."""
     labels = {
         RECIPE_LABEL: manifest["recipe"],
         BUILD_HASH_LABEL: manifest["build_hash"],
         MANIFEST_LABEL: json.dumps(manifest, sort_keys=True, separators=(",", ":")),
-        "org.opencontainers.image.title": f"sm120/{manifest['recipe']}",
-        "org.opencontainers.image.created": manifest["built_at"],
-        "org.opencontainers.image.version": str(engine["ref"]),
-        "org.opencontainers.image.base.name": manifest["base"]["ref"],
     }
-    if manifest["patches"]:
-        # One line a `docker inspect` reader can scan: file=failure ids, in apply order.
-        labels["sm120.patches"] = ";".join(
-            f"{p['name']}={','.join(p['failure_ids'])}" for p in manifest["patches"]
-        )
-    if engine["commit"]:
-        labels["org.opencontainers.image.revision"] = str(engine["commit"])
-    if manifest["base"]["digest"]:
-        labels["org.opencontainers.image.base.digest"] = manifest["base"]["digest"]
     return labels
 
 
