@@ -102,8 +102,12 @@ def doctor(
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
-    """Read-only checks: driver, GPUs, memory holders, interconnect, engine, Docker, disk,
-    shm, port, RAM. Writes an environment report (what 'vllm collect-env' gives)."""
+    """Will it run here? Read-only checks, each with a severity and a fix.
+
+    Driver, GPUs, processes holding GPU memory, interconnect, engine (torch, vLLM), Docker
+    and the NVIDIA runtime, disk, shared memory, port, RAM. Exit 0 when nothing blocks, 1
+    when something does. Writes the environment report 'vllm collect-env' cannot give on
+    uv-only installs. With --from, judges pasted nvidia-smi outputs instead."""
     needs = _needs(recipe, variant, sets, model_dir, port, host, env_file)
     if from_path is not None:
         _check_from(from_path, report)

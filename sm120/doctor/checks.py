@@ -144,8 +144,8 @@ def _gpu_count(snapshot: Snapshot, needs: Needs) -> list[Finding]:
     if not needs.uses_gpus or needs.gpus is None:
         return []
     have = len(snapshot.gpus)
-    if have >= needs.gpus:
-        return []
+    if have == 0 or have >= needs.gpus:
+        return []  # none listed: the output did not show the GPUs, so no count to judge
     return [
         Finding(
             "gpu-count",

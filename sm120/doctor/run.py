@@ -20,6 +20,7 @@ from sm120.doctor.gpu_source import GpuProbe, load_nvml, probe_gpus
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import Snapshot
+from sm120.errors import SM120Error
 
 if TYPE_CHECKING:
     from sm120.plan import LaunchPlan
@@ -240,19 +241,13 @@ def diagnose_captured(path: Path, needs: Needs | None = None) -> CapturedResult:
     """`sm120 doctor --from PATH`: the GPU checks, on outputs captured elsewhere."""
     needs = needs or Needs()
     snapshot, files = read_captured(path)
-    findings: list[Finding] = []
     if not snapshot.kinds:
-        findings.append(
-            Finding(
-                "captured",
-                "error",
-                f"no nvidia-smi output recognised in {path}",
-                "paste the output of 'nvidia-smi', 'nvidia-smi topo -m' or "
-                "'nvidia-smi --query-gpu=index,name,compute_cap,memory.total,memory.used "
-                "--format=csv'",
-            )
+        raise SM120Error(
+            f"no nvidia-smi output recognised in {path}",
+            "paste what 'nvidia-smi', 'nvidia-smi topo -m' or 'nvidia-smi --query-gpu=index,"
+            "name,compute_cap,memory.total,memory.used --format=csv' printed",
         )
-        return CapturedResult(snapshot, files, findings)
+    findings: list[Finding] = []
     probe = GpuProbe("ok", snapshot)
     if snapshot.gpus or snapshot.driver_version:
         findings += checks.check_driver(probe, needs)
