@@ -149,6 +149,19 @@ def test_from_and_report_do_not_mix(cli: CliRunner, tmp_path: Path) -> None:
     )
 
 
+def test_report_to_an_unwritable_place(cli: CliRunner, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out, err = invoke(
+        cli, "doctor", "--port", str(free_port()), "--report", str(blocker / "env.md")
+    )
+    assert code == 2 and out == ""
+    assert err == (
+        f"Error: cannot write the environment report to {blocker / 'env.md'} (File exists: "
+        f"{blocker}) (hint: pass --report with a writable path)\n"
+    )
+
+
 def test_unknown_recipe(cli: CliRunner) -> None:
     code, _, err = invoke(cli, "doctor", "glm99")
     assert code == 2 and err.startswith("Error: ") and "glm99" in err

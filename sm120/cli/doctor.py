@@ -127,7 +127,16 @@ def _live(needs: Needs, vllm_python: str | None, report: Path | None, as_json: b
     machine = Machine()
     result = run_doctor(needs, machine=machine, engine_python=vllm_python)
     text = environment_report(result, collect_system(machine))
-    written = write_report(text, report or default_report_path())
+    target = report or default_report_path()
+    try:
+        written = write_report(text, target)
+    except OSError as exc:
+        from sm120.errors import SM120Error
+
+        raise SM120Error(
+            f"cannot write the environment report to {target} ({exc.strerror}: {exc.filename})",
+            "pass --report with a writable path",
+        ) from None
     if as_json:
         typer.echo(json.dumps({**result.document(), "report": str(written)}, indent=2))
     else:
