@@ -285,15 +285,18 @@ def test_nvlink_and_mixed() -> None:
     dgx = captured("h100_dgx_8x_topo_nv18_tabs.txt")
     dgx.gpus = [rtx(i) for i in range(8)]
     nvlink = only(checks.check_interconnect(dgx, Needs(), {}))
-    assert nvlink.severity == "ok" and nvlink.message.startswith(
-        "NVLink between all GPUs (GPU0-GPU1 NV18"
-    )
+    assert nvlink.severity == "ok"
+    assert nvlink.message == "NVLink between all GPUs (28 GPU pairs: NV18 x28)"
     mixed = Snapshot(
         source="x",
         gpus=[rtx(0), rtx(1), rtx(2)],
         topology=Topology(links={"GPU0-GPU1": "NV4", "GPU0-GPU2": "SYS", "GPU1-GPU2": "SYS"}),
     )
-    assert only(checks.check_interconnect(mixed, Needs(), {})).severity == "warn"
+    mixed_finding = only(checks.check_interconnect(mixed, Needs(), {}))
+    assert mixed_finding.severity == "warn"
+    assert mixed_finding.message == (
+        "NVLink between some GPU pairs only (GPU0-GPU1 NV4, GPU0-GPU2 SYS, GPU1-GPU2 SYS)"
+    )
 
 
 def test_interconnect_is_not_a_question_for_one_gpu() -> None:

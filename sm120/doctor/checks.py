@@ -293,6 +293,17 @@ def check_gpu_processes(snapshot: Snapshot | None) -> list[Finding]:
 # --- interconnect (F10) ------------------------------------------------------------------
 
 
+def summarise_links(links: Mapping[str, str]) -> str:
+    """A few pairs by name; many by label count ('28 GPU pairs: NV18 x28')."""
+    if len(links) <= 4:
+        return ", ".join(f"{pair} {label}" for pair, label in sorted(links.items()))
+    counts: dict[str, int] = {}
+    for label in links.values():
+        counts[label] = counts.get(label, 0) + 1
+    by_count = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return f"{len(links)} GPU pairs: " + ", ".join(f"{label} x{n}" for label, n in by_count)
+
+
 def check_interconnect(
     snapshot: Snapshot | None, needs: Needs, environ: Mapping[str, str]
 ) -> list[Finding]:
@@ -311,7 +322,7 @@ def check_interconnect(
                 "run 'nvidia-smi topo -m': NV# means NVLink, PIX/PXB/PHB/NODE/SYS mean PCIe",
             )
         ]
-    labels = ", ".join(f"{pair} {label}" for pair, label in sorted(topo.links.items()))
+    labels = summarise_links(topo.links)
     data = {"interconnect": kind, "links": dict(topo.links), "p2p": snapshot.p2p}
     if kind == "nvlink":
         return [Finding("interconnect", "ok", f"NVLink between all GPUs ({labels})", data=data)]
