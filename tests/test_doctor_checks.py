@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.doctor import checks
+from sm120.doctor import checks, host_checks
 from sm120.doctor.capture import parse_text
 from sm120.doctor.engine_probe import EngineInfo
 from sm120.doctor.findings import Finding
@@ -319,30 +319,31 @@ def engine(torch: str | None, cuda: str | None, **packages: str) -> EngineInfo:
 
 
 def test_engine_findings() -> None:
-    assert only(checks.check_engine(None, Needs())).severity == "info"
+    assert only(host_checks.check_engine(None, Needs())).severity == "info"
     broken = EngineInfo("/nope/python", error="/nope/python: command not found")
-    finding = only(checks.check_engine(broken, needs("glm52")))
+    finding = only(host_checks.check_engine(broken, needs("glm52")))
     assert finding.severity == "error"
     assert (
         finding.message
         == "the engine Python /nope/python did not run: /nope/python: command not found"
     )
     no_vllm = EngineInfo("/usr/bin/python3", "3.11.2", {})
-    assert only(checks.check_engine(no_vllm, needs("glm52"))).message == (
+    assert only(host_checks.check_engine(no_vllm, needs("glm52"))).message == (
         "vLLM is not installed in /usr/bin/python3"
     )
-    ok = only(checks.check_engine(engine("2.9.0+cu128", "12.8"), Needs()))
+    ok = only(host_checks.check_engine(engine("2.9.0+cu128", "12.8"), Needs()))
     assert ok.message == "engine Python /opt/engine/bin/python (Python 3.12.3): vllm 0.20.0"
 
 
 def test_torch_cpu_build_cannot_drive_gpus() -> None:
-    finding = only(checks.check_torch(engine("2.13.0+cpu", None), None, needs("glm52")))
+    finding = only(host_checks.check_torch(engine("2.13.0+cpu", None), None, needs("glm52")))
     assert finding.severity == "error"
     assert finding.message == (
         "torch 2.13.0+cpu in /opt/engine/bin/python is a CPU build: it cannot use the GPUs"
     )
     assert (
-        only(checks.check_torch(engine("2.13.0+cpu", None), None, needs("tiny"))).severity == "ok"
+        only(host_checks.check_torch(engine("2.13.0+cpu", None), None, needs("tiny"))).severity
+        == "ok"
     )
 
 
@@ -357,17 +358,19 @@ def test_torch_cpu_build_cannot_drive_gpus() -> None:
 )
 def test_torch_for_sm120(torch: str, cuda: str, severity: str, says: str) -> None:
     snap = Snapshot(source="x", gpus=[rtx(0)])
-    finding = only(checks.check_torch(engine(torch, cuda), snap, Needs()))
+    finding = only(host_checks.check_torch(engine(torch, cuda), snap, Needs()))
     assert finding.severity == severity and says in finding.message
 
 
 def test_torch_missing_and_other_gpus() -> None:
     missing = EngineInfo("/usr/bin/python3", "3.11.2", {})
-    assert only(checks.check_torch(missing, None, needs("glm52"))).message == (
+    assert only(host_checks.check_torch(missing, None, needs("glm52"))).message == (
         "torch is not installed in /usr/bin/python3"
     )
     h100 = captured("h100_550_table.txt")
-    assert only(checks.check_torch(engine("2.6.0+cu124", "12.4"), h100, Needs())).severity == "ok"
+    assert (
+        only(host_checks.check_torch(engine("2.6.0+cu124", "12.4"), h100, Needs())).severity == "ok"
+    )
 
 
 # --- Docker and the NVIDIA runtime -------------------------------------------------------
@@ -391,9 +394,9 @@ def real_docker_info(name: str) -> str:
 
 
 def test_docker_missing_down_denied_and_up() -> None:
-    missing = checks.probe_docker(FakeRunner({}))
-    assert only(checks.check_docker(missing)).remediation.startswith("install Docker Engine")
-    down = checks.probe_docker(
+    missing = host_checks.probe_docker(FakeRunner({}))
+    assert only(host_checks.check_docker(missing)).remediation.startswith("install Docker Engine")
+    down = host_checks.probe_docker(
         FakeRunner(
             {
                 "docker info": RunResult(
@@ -405,13 +408,13 @@ def test_docker_missing_down_denied_and_up() -> None:
             }
         )
     )
-    finding = only(checks.check_docker(down))
+    finding = only(host_checks.check_docker(down))
     assert finding.severity == "warn"
     assert finding.message.startswith(
         "Docker engine not reachable: Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
     )
     assert finding.remediation == "start the engine: sudo systemctl start docker"
-    denied = checks.probe_docker(
+    denied = host_checks.probe_docker(
         FakeRunner(
             {
                 "docker info": RunResult(
@@ -420,30 +423,30 @@ def test_docker_missing_down_denied_and_up() -> None:
             }
         )
     )
-    assert "usermod -aG docker" in only(checks.check_docker(denied)).remediation
-    up = checks.probe_docker(
+    assert "usermod -aG docker" in only(host_checks.check_docker(denied)).remediation
+    up = host_checks.probe_docker(
         FakeRunner({"docker info": RunResult(0, real_docker_info("info_runc_only.json"))})
     )
-    assert only(checks.check_docker(up)).message == "Docker engine 20.10.24+dfsg1 reachable"
+    assert only(host_checks.check_docker(up)).message == "Docker engine 20.10.24+dfsg1 reachable"
 
 
 def test_nvidia_runtime_from_real_engine_answers() -> None:
-    registered = checks.probe_docker(
+    registered = host_checks.probe_docker(
         FakeRunner({"docker info": RunResult(0, real_docker_info("info_nvidia_runtime.json"))})
     )
-    finding = only(checks.check_container_runtime(registered, lambda _name: None))
+    finding = only(host_checks.check_container_runtime(registered, lambda _name: None))
     assert finding.severity == "ok"
     assert finding.message == "NVIDIA container runtime registered (default: runc)"
-    plain = checks.probe_docker(
+    plain = host_checks.probe_docker(
         FakeRunner({"docker info": RunResult(0, real_docker_info("info_runc_only.json"))})
     )
-    missing = only(checks.check_container_runtime(plain, lambda _name: None))
+    missing = only(host_checks.check_container_runtime(plain, lambda _name: None))
     assert missing.severity == "warn"
     assert missing.message == (
         "no NVIDIA container runtime: containers will not see the GPUs (runtimes: "
         "io.containerd.runc.v2, io.containerd.runtime.v1.linux, runc)"
     )
-    toolkit = only(checks.check_container_runtime(plain, lambda name: f"/usr/bin/{name}"))
+    toolkit = only(host_checks.check_container_runtime(plain, lambda name: f"/usr/bin/{name}"))
     assert toolkit.remediation.startswith("sudo nvidia-ctk runtime configure --runtime=docker")
 
 
@@ -451,14 +454,14 @@ def test_nvidia_gpus_through_cdi(tmp_path: Path) -> None:
     (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\n")
     info = json.loads(real_docker_info("info_runc_only.json"))
     info["CDISpecDirs"] = [str(tmp_path)]
-    state = checks.DockerState(True, info=info)
-    finding = only(checks.check_container_runtime(state, lambda _name: None))
+    state = host_checks.DockerState(True, info=info)
+    finding = only(host_checks.check_container_runtime(state, lambda _name: None))
     assert finding.severity == "ok" and "through CDI" in finding.message
 
 
 def test_runtime_not_checked_without_docker() -> None:
-    state = checks.DockerState(False, detail="docker is not installed")
-    assert only(checks.check_container_runtime(state, lambda _name: None)).severity == "info"
+    state = host_checks.DockerState(False, detail="docker is not installed")
+    assert only(host_checks.check_container_runtime(state, lambda _name: None)).severity == "info"
 
 
 # --- disk, shm, port, memory -------------------------------------------------------------
@@ -470,7 +473,7 @@ def disk(free_gb: float):  # type: ignore[no-untyped-def]
 
 def test_disk_too_small_for_the_weights(tmp_path: Path) -> None:
     finding = only(
-        checks.check_disk(tmp_path / "glm52", needs("glm52"), 0, disk(120), label="model dir")
+        host_checks.check_disk(tmp_path / "glm52", needs("glm52"), 0, disk(120), label="model dir")
     )
     assert finding.severity == "error"
     assert (
@@ -481,17 +484,23 @@ def test_disk_too_small_for_the_weights(tmp_path: Path) -> None:
 
 def test_disk_counts_what_is_already_there(tmp_path: Path) -> None:
     present = 300 * GB
-    ok = only(checks.check_disk(tmp_path, needs("glm52"), present, disk(100), label="model dir"))
+    ok = only(
+        host_checks.check_disk(tmp_path, needs("glm52"), present, disk(100), label="model dir")
+    )
     assert ok.severity == "ok"
     assert (
         ok.message
         == f"100 GB free at {tmp_path} (model dir); glm52 needs 13 GB more (300 GB already there)"
     )
-    tight = only(checks.check_disk(tmp_path, needs("glm52"), 0, disk(320), label="model dir"))
+    tight = only(host_checks.check_disk(tmp_path, needs("glm52"), 0, disk(320), label="model dir"))
     assert tight.severity == "warn"
-    done = only(checks.check_disk(tmp_path, needs("glm52"), 313 * GB, disk(1), label="model dir"))
+    done = only(
+        host_checks.check_disk(tmp_path, needs("glm52"), 313 * GB, disk(1), label="model dir")
+    )
     assert done.severity == "ok" and "are at" in done.message
-    nothing = only(checks.check_disk(tmp_path, Needs(), 0, disk(55), label="Hugging Face cache"))
+    nothing = only(
+        host_checks.check_disk(tmp_path, Needs(), 0, disk(55), label="Hugging Face cache")
+    )
     assert nothing.severity == "info" and nothing.message.startswith("55 GB free at ")
 
 
@@ -502,20 +511,22 @@ def test_disk_usage_is_taken_where_the_path_will_be(tmp_path: Path) -> None:
         asked.append(path)
         return Usage(0, 0, 10**12)
 
-    checks.check_disk(tmp_path / "a" / "b", needs("glm52"), 0, usage, label="model dir")
+    host_checks.check_disk(tmp_path / "a" / "b", needs("glm52"), 0, usage, label="model dir")
     assert asked == [str(tmp_path)]
 
 
 def test_shm() -> None:
-    small = only(checks.check_shm("/dev/shm", needs("glm52"), lambda _p: Usage(64 * 1024**2, 0, 0)))
+    small = only(
+        host_checks.check_shm("/dev/shm", needs("glm52"), lambda _p: Usage(64 * 1024**2, 0, 0))
+    )
     assert small.severity == "warn"
     assert small.message == "/dev/shm is 0.1 GiB; NCCL across GPUs wants 32 GiB"
 
     def gone(_path: str) -> Usage:
         raise FileNotFoundError(_path)
 
-    assert only(checks.check_shm("/dev/shm", Needs(), gone)).severity == "warn"
-    ok = only(checks.check_shm("/dev/shm", Needs(), lambda _p: Usage(24 * GIB, 0, 0)))
+    assert only(host_checks.check_shm("/dev/shm", Needs(), gone)).severity == "warn"
+    ok = only(host_checks.check_shm("/dev/shm", Needs(), lambda _p: Usage(24 * GIB, 0, 0)))
     assert ok.severity == "ok" and ok.message == "/dev/shm is 24.0 GiB"
 
 
@@ -526,20 +537,20 @@ def test_port_taken_and_free() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        taken = only(checks.check_port("127.0.0.1", port, ensure_port_free))
+        taken = only(host_checks.check_port("127.0.0.1", port, ensure_port_free))
         assert taken.severity == "error"
         assert (
             taken.message == f"port {port} on 127.0.0.1 is already in use (Address already in use)"
         )
         assert taken.remediation.startswith("pick another with --port")
-    free = only(checks.check_port("127.0.0.1", port, ensure_port_free))
+    free = only(host_checks.check_port("127.0.0.1", port, ensure_port_free))
     assert free.severity == "ok" and free.message == f"port {port} on 127.0.0.1 is free"
 
 
 def test_system_memory() -> None:
     meminfo = "MemTotal:       24683520 kB\nMemFree:         1000 kB\nMemAvailable:   20447232 kB\n"
-    finding = only(checks.check_system_memory(meminfo))
+    finding = only(host_checks.check_system_memory(meminfo))
     assert finding.severity == "ok" and finding.message == "23.5 GiB RAM, 19.5 GiB available"
-    low = only(checks.check_system_memory("MemTotal: 16384000 kB\nMemAvailable: 4096000 kB\n"))
+    low = only(host_checks.check_system_memory("MemTotal: 16384000 kB\nMemAvailable: 4096000 kB\n"))
     assert low.severity == "warn"
-    assert only(checks.check_system_memory(None)).severity == "info"
+    assert only(host_checks.check_system_memory(None)).severity == "info"

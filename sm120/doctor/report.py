@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sm120 import __version__
-from sm120.doctor.checks import parse_meminfo
+from sm120.doctor.host_checks import parse_meminfo
 
 if TYPE_CHECKING:
     from sm120.doctor.run import DoctorResult, Machine

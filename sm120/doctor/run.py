@@ -11,12 +11,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sm120.doctor import checks
+from sm120.doctor import checks, host_checks
 from sm120.doctor.capture import read_captured
-from sm120.doctor.checks import DiskUsage, DockerState
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
 from sm120.doctor.gpu_source import GpuProbe, load_nvml, probe_gpus
+from sm120.doctor.host_checks import DiskUsage, DockerState
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import Snapshot
@@ -180,25 +180,25 @@ def run_doctor(
         findings += checks.check_gpu_memory(snapshot, needs)
         findings += checks.check_gpu_processes(snapshot)
         findings += checks.check_interconnect(snapshot, needs, machine.environ)
-    findings += checks.check_engine(engine, needs)
-    findings += checks.check_torch(engine, snapshot, needs)
+    findings += host_checks.check_engine(engine, needs)
+    findings += host_checks.check_torch(engine, snapshot, needs)
     docker = None
     if check_containers:
-        docker = checks.probe_docker(machine.run)
-        findings += checks.check_docker(docker)
-        findings += checks.check_container_runtime(docker, machine.which)
+        docker = host_checks.probe_docker(machine.run)
+        findings += host_checks.check_docker(docker)
+        findings += host_checks.check_container_runtime(docker, machine.which)
     target, label = weights_target(needs, machine.environ)
-    findings += checks.check_disk(
+    findings += host_checks.check_disk(
         target,
         needs,
         present_bytes(target) if needs.weights_gb else 0,
         machine.disk_usage,
         label=label,
     )
-    findings += checks.check_shm(SHM_PATH, needs, machine.disk_usage)
+    findings += host_checks.check_shm(SHM_PATH, needs, machine.disk_usage)
     if check_port:
-        findings += checks.check_port(needs.host, needs.port, machine.ensure_port_free)
-    findings += checks.check_system_memory(machine.read_text("/proc/meminfo"))
+        findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
+    findings += host_checks.check_system_memory(machine.read_text("/proc/meminfo"))
     return DoctorResult(findings, needs, probe, engine, docker, str(target))
 
 
