@@ -55,6 +55,9 @@ def assumed(spec: HardwareSpec) -> Hardware:
     return Hardware(gpus=spec.gpus, arch=spec.compute_caps[0], source="assumed")
 
 
+DETECT_FIELDS = ["name", "compute_cap"]
+
+
 def detect(timeout: float = 10.0) -> Hardware | None:
     """GPUs as nvidia-smi reports them; None when there is no driver (the CPU case)."""
     binary = shutil.which("nvidia-smi")
@@ -62,7 +65,7 @@ def detect(timeout: float = 10.0) -> Hardware | None:
         return None
     try:
         result = subprocess.run(
-            [binary, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            [binary, f"--query-gpu={','.join(DETECT_FIELDS)}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -70,9 +73,19 @@ def detect(timeout: float = 10.0) -> Hardware | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    rows = [line.rsplit(",", 1) for line in result.stdout.splitlines() if "," in line]
-    if result.returncode != 0 or not rows:
+    if result.returncode != 0:
         return None
-    archs = {arch_from_compute_cap(cap) for _, cap in rows}
+    return hardware_from_csv(result.stdout)
+
+
+def hardware_from_csv(text: str) -> Hardware | None:
+    """The `--query-gpu=name,compute_cap --format=csv,noheader` answer, read by the one CSV
+    parser doctor also uses for captured outputs."""
+    from sm120.doctor.nvsmi_parse import parse_query_csv
+
+    gpus = [g for g in parse_query_csv(text, DETECT_FIELDS).gpus if g.compute_cap]
+    if not gpus:
+        return None
+    archs = {arch_from_compute_cap(g.compute_cap or "") for g in gpus}
     arch = archs.pop() if len(archs) == 1 else "mixed"
-    return Hardware(len(rows), arch, "detected", tuple(n.strip() for n, _ in rows))
+    return Hardware(len(gpus), arch, "detected", tuple(g.name or "" for g in gpus))

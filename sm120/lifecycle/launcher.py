@@ -100,6 +100,24 @@ def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress)
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
 
 
+def _preflight(plan: LaunchPlan, python: str, progress: Progress) -> None:
+    """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
+    a blocking finding stops the launch before anything starts."""
+    from sm120.doctor import preflight
+
+    findings = preflight(plan, engine_python=python)
+    for finding in findings:
+        if finding.severity == "warn":
+            progress(f"warning [{finding.id}]: {finding.message}")
+    stops = [f for f in findings if f.blocking]
+    if stops:
+        more = f" (+{len(stops) - 1} more)" if len(stops) > 1 else ""
+        raise LaunchError(
+            f"preflight [{stops[0].id}]: {stops[0].message}{more}",
+            stops[0].remediation or f"run 'sm120 doctor {plan.recipe}' for details",
+        )
+
+
 def _model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
     if plan.model.generated == "tiny" and plan.model_dir:
         from sm120.tiny_model import ensure_tiny_model
@@ -145,6 +163,7 @@ def _prepare(
             progress=progress,
         )
     python = _engine_python(plan, options, progress)
+    _preflight(plan, python, progress)
     _model_ready(plan, python, progress)
     return start_spec(plan, options, python)
 

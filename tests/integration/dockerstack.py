@@ -1,7 +1,8 @@
 """A real Docker engine for the integration tests.
 
-No registry is reachable from these machines, so the tests start their own `dockerd` (vfs
-storage, no iptables, no bridge: what works unprivileged-ish here) on a private socket, and
+No registry is reachable from these machines, so the tests start their own `dockerd` (overlay2
+storage where the kernel allows it, else vfs, which copies every layer in full; no iptables, no
+bridge) on a private socket, and
 stand in the public base image a Dockerfile names with one made locally by debootstrap. The
 engine's data root is cached per machine so a second run reuses built layers; the daemon itself
 is stopped when the test session ends.
@@ -62,41 +63,54 @@ def running_dockerd() -> Iterator[str]:
         return
     SOCKET.parent.mkdir(parents=True, exist_ok=True)
     CACHE.mkdir(parents=True, exist_ok=True)
-    log = (CACHE / "dockerd.log").open("ab")
-    daemon = subprocess.Popen(
-        [
-            "dockerd",
-            "--host",
-            docker_host(),
-            "--data-root",
-            str(CACHE / "data"),
-            "--exec-root",
-            str(SOCKET.parent / "exec"),
-            "--pidfile",
-            str(SOCKET.parent / "dockerd.pid"),
-            "--storage-driver=vfs",
-            "--iptables=false",
-            "--bridge=none",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    daemon: subprocess.Popen[bytes] | None = None
+    for driver in ("overlay2", "vfs"):
+        daemon = _start_dockerd(driver)
+        if daemon is not None:
+            break
+    if daemon is None:
+        raise DockerUnavailable(f"dockerd did not start; see {CACHE / 'dockerd.log'}")
     try:
-        deadline = time.monotonic() + 60
-        while not _engine_answers():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise DockerUnavailable(f"dockerd did not start; see {CACHE / 'dockerd.log'}")
-            time.sleep(0.5)
         yield docker_host()
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
-            daemon.wait(timeout=30)
+            daemon.wait(timeout=60)
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
-        log.close()
+
+
+def _start_dockerd(driver: str) -> subprocess.Popen[bytes] | None:
+    """Start dockerd with one storage driver; None if it does not come up with it."""
+    with (CACHE / "dockerd.log").open("ab") as log:
+        daemon = subprocess.Popen(
+            [
+                "dockerd",
+                "--host",
+                docker_host(),
+                "--data-root",
+                str(CACHE / f"data-{driver}"),
+                "--exec-root",
+                str(SOCKET.parent / "exec"),
+                "--pidfile",
+                str(SOCKET.parent / "dockerd.pid"),
+                f"--storage-driver={driver}",
+                "--iptables=false",
+                "--bridge=none",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while not _engine_answers():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            daemon.wait()
+            return None
+        time.sleep(0.5)
+    return daemon
 
 
 def _debian_mirror() -> str:

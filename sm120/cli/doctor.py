@@ -1,0 +1,179 @@
+"""`sm120 doctor [RECIPE]`: will it run here? `--from PATH`: will it run there (pasted
+nvidia-smi outputs)? Exit 0 when nothing blocks, 1 when something does, 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from sm120.cli.errors import cli_errors
+
+if TYPE_CHECKING:
+    from sm120.doctor.findings import Finding
+    from sm120.doctor.needs import Needs
+
+_MARK = {
+    "ok": "[green]ok[/green]  ",
+    "info": "[cyan]info[/cyan]",
+    "warn": "[yellow]WARN[/yellow]",
+    "error": "[bold red]FAIL[/bold red]",
+}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)
+
+
+def _needs(
+    recipe: str | None,
+    variant: list[str],
+    sets: list[str],
+    model_dir: str | None,
+    port: int | None,
+    host: str | None,
+    env_file: Path | None,
+) -> Needs:
+    from sm120.doctor.needs import Needs, needs_from_plan
+
+    if recipe is None:
+        return Needs(port=port or 8000, host=host or "127.0.0.1", model_dir=model_dir)
+    from sm120.dotenv import read_dotenv
+    from sm120.plan import PlanRequest, resolve
+
+    dotenv_path = env_file or (Path(".env") if Path(".env").is_file() else None)
+    plan = resolve(
+        PlanRequest(
+            recipe=recipe,
+            variants=tuple(v.strip() for item in variant for v in item.split(",") if v.strip()),
+            sets=tuple(sets),
+            model_dir=model_dir,
+            port=port,
+            host=host,
+            dotenv=read_dotenv(dotenv_path) if dotenv_path else {},
+            environ=dict(os.environ),
+        )
+    )
+    return needs_from_plan(plan)
+
+
+def _check_from(path: Path, report: Path | None) -> None:
+    from sm120.errors import SM120Error
+
+    if report is not None:
+        raise SM120Error(
+            "--report describes this machine and cannot be combined with --from",
+            "run 'sm120 doctor --report FILE' on the machine itself",
+        )
+    if not path.exists():
+        raise SM120Error(
+            f"--from: {path} does not exist",
+            "pass a file (or a folder of files) holding pasted nvidia-smi output",
+        )
+
+
+@cli_errors
+def doctor(
+    recipe: str | None = typer.Argument(
+        None, help="Judge the machine for this recipe (GPU count, memory, disk); optional."
+    ),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Recipe variant(s)."),
+    sets: list[str] = typer.Option([], "--set", help="KEY=VALUE, as for launch."),
+    model_dir: str | None = typer.Option(
+        None, "--model-dir", help="Where the weights are or go (disk check)."
+    ),
+    port: int | None = typer.Option(None, "--port", help="Port to check (default: recipe's)."),
+    host: str | None = typer.Option(None, "--host", help="Bind address to check."),
+    env_file: Path | None = typer.Option(None, "--env-file", help="A .env file (default ./.env)."),
+    vllm_python: str | None = typer.Option(
+        None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
+    ),
+    from_path: Path | None = typer.Option(
+        None, "--from", help="Diagnose pasted nvidia-smi outputs (a file or a folder) instead."
+    ),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="Write the environment report here (default: $SM120_HOME/doctor/environment.md).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Will it run here? Read-only checks, each with a severity and a fix.
+
+    Driver, GPUs, processes holding GPU memory, interconnect, engine (torch, vLLM), Docker
+    and the NVIDIA runtime, disk, shared memory, port, RAM. Exit 0 when nothing blocks, 1
+    when something does. Writes the environment report 'vllm collect-env' cannot give on
+    uv-only installs. With --from, judges pasted nvidia-smi outputs instead."""
+    needs = _needs(recipe, variant, sets, model_dir, port, host, env_file)
+    if from_path is not None:
+        _check_from(from_path, report)
+        raise typer.Exit(_captured(from_path, needs, as_json))
+    raise typer.Exit(_live(needs, vllm_python, report, as_json))
+
+
+def _live(needs: Needs, vllm_python: str | None, report: Path | None, as_json: bool) -> int:
+    from sm120.doctor.report import (
+        collect_system,
+        default_report_path,
+        environment_report,
+        write_report,
+    )
+    from sm120.doctor.run import Machine, run_doctor
+
+    machine = Machine()
+    result = run_doctor(needs, machine=machine, engine_python=vllm_python)
+    text = environment_report(result, collect_system(machine))
+    target = report or default_report_path()
+    try:
+        written = write_report(text, target)
+    except OSError as exc:
+        from sm120.errors import SM120Error
+
+        raise SM120Error(
+            f"cannot write the environment report to {target} ({exc.strerror}: {exc.filename})",
+            "pass --report with a writable path",
+        ) from None
+    if as_json:
+        typer.echo(json.dumps({**result.document(), "report": str(written)}, indent=2))
+    else:
+        title = f"for {needs.recipe}" if needs.recipe else "(no recipe: the machine on its own)"
+        _print_findings(f"sm120 doctor {title}", result.findings)
+    sys.stderr.write(f"environment report: {written}\n")
+    return 0 if result.ok else 1
+
+
+def _captured(path: Path, needs: Needs, as_json: bool) -> int:
+    from sm120.doctor.run import diagnose_captured
+
+    result = diagnose_captured(path, needs)
+    if as_json:
+        typer.echo(json.dumps(result.document(), indent=2))
+    else:
+        snap = result.snapshot
+        kinds = ", ".join(snap.kinds) or "nothing"
+        header = f"captured outputs from {path} ({len(result.files)} file(s)): {kinds}"
+        _print_findings(header, result.findings)
+    return 0 if result.ok else 1
+
+
+def _print_findings(title: str, findings: list[Finding]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from sm120.doctor.findings import blocking
+
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(title)}[/bold]")
+    for finding in findings:
+        console.print(f"  {_MARK[finding.severity]}  {finding.id:<16} {escape(finding.message)}")
+        if finding.remediation and finding.severity in ("warn", "error"):
+            failure = f" ({finding.failure})" if finding.failure else ""
+            console.print(f"  {'':6}  {'':<16} fix{failure}: {escape(finding.remediation)}")
+    stops = blocking(findings)
+    warns = sum(f.severity == "warn" for f in findings)
+    verdict = "[bold red]blocked[/bold red]" if stops else "[green]nothing blocks[/green]"
+    console.print(f"{verdict}: {len(stops)} blocking, {warns} warning(s)")
