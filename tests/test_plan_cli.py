@@ -215,6 +215,17 @@ def test_bad_config_json_is_one_line(cli: CliRunner, tmp_path: Path) -> None:
     )
 
 
+def test_model_dir_that_does_not_exist(cli: CliRunner, tmp_path: Path) -> None:
+    code, _, err = invoke(
+        cli, "plan", "glm47", "--gpus", "4", "--model-dir", str(tmp_path / "nowhere")
+    )
+    assert code == 2
+    assert one_line_error(err) == (
+        f"Error: --model-dir {tmp_path}/nowhere is not a folder "
+        "(hint: pass the checkpoint folder that holds config.json)"
+    )
+
+
 def test_config_json_that_is_not_an_object(cli: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("[1, 2]")
     code, _, err = invoke(cli, "plan", "glm47", "--gpus", "4", "--model-dir", str(tmp_path))

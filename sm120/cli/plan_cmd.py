@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -42,12 +43,18 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict weights and KV per GPU, the longest context and concurrency (exit 1: F08)."""
+    from sm120.errors import PlanError
     from sm120.plan import PlanRequest, resolve
     from sm120.planner.dims import load_dims
     from sm120.planner.memory import build_spec, planned_layout
     from sm120.planner.recommend import build_report, mxfp4_weights_gib, report_document
     from sm120.recipe.loader import load_recipe
 
+    if model_dir is not None and not Path(model_dir).expanduser().is_dir():
+        raise PlanError(
+            f"--model-dir {model_dir} is not a folder",
+            "pass the checkpoint folder that holds config.json",
+        )
     loaded = load_recipe(recipe)
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
     launch_plan = resolve(
@@ -57,8 +64,6 @@ def plan(
     spec = build_spec(launch_plan, dims, gpus, gpu_mem_gib, kv_memory_gib, max_model_len)
     tp, dcp = planned_layout(launch_plan)
     if tp > gpus:
-        from sm120.errors import PlanError
-
         raise PlanError(
             f"the plan uses tensor-parallel-size {tp} but --gpus is {gpus}",
             f"pass --gpus {tp}, or pick a variant for fewer GPUs",
