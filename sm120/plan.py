@@ -357,7 +357,8 @@ def _freeze(
         "variants": variants,
         "engine": work.engine,
         "image": image.model_dump(),
-        "model": model.model_dump(),
+        # planner-only facts (dims, resident size) do not change what runs
+        "model": model.model_dump(exclude={"dims", "weights_gib"}),
         "model_dir": work.model_dir,
         "host": work.host,
         "port": work.port,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import chat, doctor, engine, images, launch, manage, recipes, validate
+from sm120.cli import chat, doctor, engine, images, launch, manage, plan_cmd, recipes, validate
 
 app = typer.Typer(
     name="sm120",
@@ -40,6 +40,7 @@ app.add_typer(engine.app, name="engine")
 validate.register(app)
 images.register(app)
 doctor.register(app)
+plan_cmd.register(app)
 
 
 def main() -> None:

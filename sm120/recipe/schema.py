@@ -21,6 +21,69 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ModelDims(Strict):
+    """What `sm120 plan` needs to size the KV cache before anything starts. The architecture
+    fields mirror the checkpoint's config.json (which wins when --model-dir has one); the
+    engine fields describe how the recipe's image lays the cache out."""
+
+    num_hidden_layers: int = Field(gt=0, description="config.json num_hidden_layers.")
+    num_attention_heads: int | None = Field(
+        None, gt=0, description="config.json num_attention_heads (TP must divide it)."
+    )
+    num_key_value_heads: int | None = Field(
+        None, gt=0, description="config.json num_key_value_heads (full attention)."
+    )
+    head_dim: int | None = Field(
+        None, gt=0, description="config.json head_dim: per-head size of K and V."
+    )
+    kv_lora_rank: int | None = Field(
+        None, gt=0, description="config.json kv_lora_rank: the MLA latent width."
+    )
+    qk_rope_head_dim: int | None = Field(
+        None, gt=0, description="config.json qk_rope_head_dim: the MLA rotary part."
+    )
+    index_head_dim: int | None = Field(
+        None, gt=0, description="config.json index_head_dim: the sparse-attention indexer key."
+    )
+    index_topk_freq: int | None = Field(
+        None, gt=0, description="config.json index_topk_freq: every Nth layer runs the indexer."
+    )
+    index_skip_topk_offset: int | None = Field(
+        None, ge=0, description="config.json index_skip_topk_offset (vLLM's default is 2)."
+    )
+    compress_ratios: tuple[int, ...] | None = Field(
+        None, description="config.json compress_ratios (DeepSeek-V4): 0, 4 or 128 per layer."
+    )
+    sliding_window: int | None = Field(
+        None, gt=0, description="config.json sliding_window (DeepSeek-V4 local attention)."
+    )
+    num_nextn_predict_layers: int = Field(
+        0, ge=0, description="config.json num_nextn_predict_layers: MTP layers with their own KV."
+    )
+    max_position_embeddings: int = Field(
+        gt=0, description="config.json max_position_embeddings: the engine's default context."
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Activation dtype; the KV cache uses it unless it is fp8."
+    )
+    kv_cache_fp8: bool = Field(
+        False,
+        description="The checkpoint's quantization config stores the KV cache in FP8 "
+        "(kv_cache_quant_algo FP8): vLLM then uses 1 byte per element with kv-cache-dtype auto.",
+    )
+    block_size: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per KV block the image's engine uses when the recipe passes no "
+        "--block-size (16 on CUDA, 64 for sparse MLA, 128 on the CPU build).",
+    )
+    dsa_indexer_cache: Literal["every_layer", "full_layers"] | None = Field(
+        None,
+        description="Which layers allocate a sparse-attention indexer K-cache on the image's "
+        "engine: the b12x fork builds one on every layer, upstream only on full layers.",
+    )
+
+
 class ModelSource(Strict):
     repo: str | None = Field(
         None, description="Hugging Face repo id of the checkpoint; null for a generated model."
@@ -37,6 +100,15 @@ class ModelSource(Strict):
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, description="Size on disk in GB, for disk checks.")
+    weights_gib: float | None = Field(
+        None,
+        gt=0,
+        description="Weight memory resident on all GPUs together, in GiB, as the engine "
+        "reports it after loading; the planner divides it by the tensor-parallel size.",
+    )
+    dims: ModelDims | None = Field(
+        None, description="Model dimensions for the memory planner (sm120 plan)."
+    )
     generated: Literal["tiny"] | None = Field(
         None, description="Made locally by sm120 instead of downloaded (the CPU test model)."
     )

@@ -1,0 +1,136 @@
+"""`sm120 plan NAME --gpus N`: will it fit, and how, before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from sm120.cli.errors import cli_errors
+
+if TYPE_CHECKING:
+    from sm120.planner.recommend import Report
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+
+
+@cli_errors
+def plan(
+    recipe: str = typer.Argument(..., help="Recipe to plan, e.g. glm52 (see 'sm120 recipes')."),
+    gpus: int = typer.Option(..., "--gpus", help="GPUs available for the model."),
+    gpu_mem_gib: float | None = typer.Option(
+        None, "--gpu-mem-gib", help="Memory per GPU in GiB (default: the recipe's)."
+    ),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
+    sets: list[str] = typer.Option(
+        [], "--set", help="KEY=VALUE: an engine flag without dashes or a recipe key."
+    ),
+    kv_memory_gib: float | None = typer.Option(
+        None,
+        "--kv-memory-gib",
+        help="KV memory per GPU as given (e.g. the engine's 'Available KV cache memory').",
+    ),
+    model_dir: str | None = typer.Option(
+        None, "--model-dir", help="Checkpoint folder; its config.json wins over the recipe."
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Context to plan for (default: the recipe's)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Predict weights and KV per GPU, the longest context and concurrency (exit 1: F08)."""
+    from sm120.errors import PlanError
+    from sm120.plan import PlanRequest, resolve
+    from sm120.planner.dims import load_dims
+    from sm120.planner.memory import build_spec, planned_layout
+    from sm120.planner.recommend import build_report, mxfp4_weights_gib, report_document
+    from sm120.recipe.loader import load_recipe
+
+    if model_dir is not None and not Path(model_dir).expanduser().is_dir():
+        raise PlanError(
+            f"--model-dir {model_dir} is not a folder",
+            "pass the checkpoint folder that holds config.json",
+        )
+    loaded = load_recipe(recipe)
+    variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
+    launch_plan = resolve(
+        PlanRequest(recipe, variants, sets=tuple(sets), model_dir=model_dir), loaded
+    )
+    dims = load_dims(launch_plan.model.dims, launch_plan.model.weights_gib, launch_plan.model_dir)
+    spec = build_spec(launch_plan, dims, gpus, gpu_mem_gib, kv_memory_gib, max_model_len)
+    tp, dcp = planned_layout(launch_plan)
+    if tp > gpus:
+        raise PlanError(
+            f"the plan uses tensor-parallel-size {tp} but --gpus is {gpus}",
+            f"pass --gpus {tp}, or pick a variant for fewer GPUs",
+        )
+    report = build_report(spec, tp, dcp, mxfp4_weights_gib(loaded))
+    if as_json:
+        typer.echo(json.dumps(report_document(report, recipe, launch_plan.variants), indent=2))
+    else:
+        _show(report, recipe)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _show(report: Report, recipe: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from sm120.planner.dims import GIB
+
+    spec, planned = report.spec, report.planned
+    context = spec.context
+    title = (
+        f"sm120 plan {recipe}: {spec.gpus} GPU(s), TP {planned.tp}, DCP {planned.dcp}, "
+        f"max-model-len {context:,}"
+    )
+    table = Table(title=title, show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    weights = planned.weights_gib_per_gpu
+    table.add_row(
+        "weights / GPU",
+        "unknown" if weights is None else f"{weights:.2f} GiB ({spec.dims.weights_source})",
+    )
+    table.add_row(
+        "KV memory / GPU",
+        f"{planned.kv_memory_gib_per_gpu:.2f} GiB ({planned.kv_memory_source})",
+    )
+    table.add_row("KV cache", f"{spec.kv_dtype.name}, {spec.block_size}-token blocks")
+    table.add_row("KV layout", planned.layout.summary)
+    table.add_row("KV bytes / token / rank", f"{planned.layout.bytes_per_token(context):,.0f}")
+    table.add_row(
+        f"KV for one {context:,}-token request",
+        f"{planned.layout.bytes_per_request(context) / GIB:.2f} GiB per GPU",
+    )
+    table.add_row("KV pool", f"{planned.pool.tokens:,} tokens")
+    table.add_row("longest context", f"{planned.pool.max_context:,} tokens")
+    table.add_row(f"concurrency at {context:,}", f"{planned.pool.concurrency:.2f}x")
+    for flag in report.flags:
+        style = "bold red" if flag.severity == "error" else "yellow"
+        table.add_row(f"[{style}]{flag.id}[/]", f"{flag.message} (fix: {flag.fix})")
+    rec = report.recommendation
+    table.add_row(
+        "[green]recommendation[/]",
+        f"TP {rec.tp}, DCP {rec.dcp}, max-model-len {rec.max_model_len:,}: {rec.reason}",
+    )
+    console = Console()
+    console.print(table)
+    options = Table(title="layouts", show_edge=False)
+    for column in ("TP", "DCP", "KV pool", "longest context", f"concurrency at {context:,}"):
+        options.add_column(column, justify="right")
+    for option in report.alternatives:
+        mark = "" if option.fits(spec) else " (too short)"
+        options.add_row(
+            str(option.tp),
+            str(option.dcp),
+            f"{option.pool.tokens:,}",
+            f"{option.pool.max_context:,}{mark}",
+            f"{option.pool.concurrency:.2f}x",
+        )
+    console.print(options)
