@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import chat, engine, launch, manage, recipes, validate
+from sm120.cli import chat, engine, launch, manage, recipes, validate, weights
 
 app = typer.Typer(
     name="sm120",
@@ -38,6 +38,7 @@ chat.register(app)
 manage.register(app)
 app.add_typer(engine.app, name="engine")
 validate.register(app)
+weights.register(app)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
+    from sm120.checks import CheckedPlan
     from sm120.plan import PlanRequest
 
 
@@ -89,6 +90,7 @@ def launch(
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     checked = checked_plan(request, hardware)
+    request, checked = _weights_dir(request, checked)
     if dry_run:
         if as_json:
             typer.echo(json.dumps(plan_document(checked), indent=2))
@@ -104,6 +106,7 @@ def launch(
         from sm120.errors import SM120Error
 
         raise SM120Error(f"unknown runtime '{runtime}'", "use --runtime native")
+    checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
     from sm120.lifecycle.launcher import LaunchOptions
 
@@ -115,6 +118,30 @@ def launch(
         timeout_s=timeout,
     )
     raise typer.Exit(serve(checked, options, foreground=foreground))
+
+
+def _weights_dir(request: PlanRequest, checked: CheckedPlan) -> tuple[PlanRequest, CheckedPlan]:
+    """With no model dir chosen, a downloadable checkpoint lives in sm120's folder for it."""
+    from sm120.checks import checked_plan
+    from sm120.weights.ensure import with_managed_dir
+
+    managed = with_managed_dir(request, checked.plan)
+    if managed is None:
+        return request, checked
+    return managed, checked_plan(managed, checked.hardware)
+
+
+def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> CheckedPlan:
+    """Serve complete weights: fetch what is missing (asking unless --yes), then resolve
+    again so values derived from the checkpoint's config.json enter the plan."""
+    from sm120.checks import checked_plan
+    from sm120.cli.weights import weights_for_launch
+
+    if weights_for_launch(checked.plan, yes) is None:
+        return checked
+    again = checked_plan(request, checked.hardware)
+    again.raise_on_failure()
+    return again
 
 
 def _ask(question: str) -> bool:
