@@ -48,6 +48,13 @@ class Repo:
     refs: dict[str, str]
     lfs: set[str]
     private: bool
+    # Hashed once: the Hub does not hash 200 MB per request either.
+    oids: dict[str, str] = field(default_factory=dict)
+    shas: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.oids = {path: git_blob_id(data) for path, data in self.files.items()}
+        self.shas = {path: hashlib.sha256(self.files[path]).hexdigest() for path in self.lfs}
 
 
 @dataclass
@@ -92,13 +99,15 @@ class FakeHub:
         private: bool = False,
     ) -> str:
         """Publish `files` as one commit that `main` points at; returns the commit id."""
+        lfs = {path for path in files if path.endswith((".safetensors", ".bin", ".pth", ".gguf"))}
+        published = Repo(dict(files), "", {}, lfs, private)
         digest = hashlib.sha1(repo.encode())
         for path in sorted(files):
-            digest.update(path.encode() + git_blob_id(files[path]).encode())
-        commit = commit or digest.hexdigest()
-        lfs = {path for path in files if path.endswith((".safetensors", ".bin", ".pth", ".gguf"))}
-        self.repos[repo] = Repo(dict(files), commit, {"main": commit}, lfs, private)
-        return commit
+            digest.update(path.encode() + published.oids[path].encode())
+        published.commit = commit or digest.hexdigest()
+        published.refs["main"] = published.commit
+        self.repos[repo] = published
+        return published.commit
 
     def fault(self, path: str, *actions: str) -> None:
         """Script the next GETs of a file's bytes: 'cut:N' closes the connection after N
@@ -213,13 +222,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             for path, content in sorted(repo.files.items()):
                 entry: dict[str, object] = {
                     "type": "file",
-                    "oid": git_blob_id(content),
+                    "oid": repo.oids[path],
                     "size": len(content),
                     "path": path,
                 }
                 if path in repo.lfs:
-                    sha = hashlib.sha256(content).hexdigest()
-                    entry["lfs"] = {"oid": sha, "size": len(content), "pointerSize": 134}
+                    lfs = {"oid": repo.shas[path], "size": len(content), "pointerSize": 134}
+                    entry["lfs"] = lfs
                 entries.append(entry)
             self._json(entries)
 
@@ -235,24 +244,24 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "EntryNotFound", commit)
                 return
             if path in repo.lfs:
-                sha = hashlib.sha256(content).hexdigest()
+                sha = repo.shas[path]
                 self.send_response(302)
                 self.send_header("Location", f"http://localhost:{hub.port}/cdn/{sha}")
                 self.send_header("X-Repo-Commit", commit)
                 self.send_header("X-Linked-Etag", f'"{sha}"')
                 self.send_header("X-Linked-Size", str(len(content)))
-                self.send_header("ETag", f'"{git_blob_id(content)}"')
+                self.send_header("ETag", f'"{repo.oids[path]}"')
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             self._bytes(
-                path, content, body, {"X-Repo-Commit": commit, "ETag": f'"{git_blob_id(content)}"'}
+                path, content, body, {"X-Repo-Commit": commit, "ETag": f'"{repo.oids[path]}"'}
             )
 
         def _cdn(self, sha: str, body: bool) -> None:
             for repo in hub.repos.values():
-                for path in repo.lfs:
-                    if hashlib.sha256(repo.files[path]).hexdigest() == sha:
+                for path, known in repo.shas.items():
+                    if known == sha:
                         self._bytes(path, repo.files[path], body, {"ETag": f'"{sha}"'})
                         return
             self._error(404, "EntryNotFound")

@@ -171,6 +171,8 @@ def test_a_cut_connection_is_resumed_within_the_run(
     assert code == 0, err
     gets = gets_of(hub, files[BIG])
     assert [g.header("range") for g in gets] == [None, f"bytes={CHUNK}-"]
+    # huggingface_hub's warning about it became a progress note.
+    assert "peer closed connection" in err and "Trying to resume download" in err
     assert (tmp_path / "d" / BIG).read_bytes() == files[BIG]
 
 
@@ -326,7 +328,6 @@ def test_unreachable_hub(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr("huggingface_hub.utils._http.time.sleep", lambda seconds: None)
     code, _, err = invoke(cli, "download", "glm47", "--dir", str(tmp_path / "d"))
     assert code == 2
-    assert "Retrying in 8s [Retry 5/5]." in err  # its retries were shown as notes
     last = err.splitlines()[-1] + "\n"
     assert last.startswith(f"Error: cannot reach the Hub while listing the files of {GLM47}: ")
     assert last.endswith(
@@ -527,3 +528,35 @@ def test_partial_files_of_other_content_are_dropped(
     stale.write_bytes(b"bytes of an older revision")
     assert invoke(cli, "download", "glm47", "--dir", str(dest))[0] == 0
     assert not stale.exists()
+
+
+def test_a_listed_path_outside_the_repo_is_refused(
+    cli: CliRunner, hub: FakeHub, tmp_path: Path
+) -> None:
+    hub.add_repo(GLM47, {**checkpoint(), "../escape.json": b"{}"}, commit=GLM47_COMMIT)
+    code, _, err = invoke(cli, "download", "glm47", "--dir", str(tmp_path / "d"))
+    assert code == 2
+    assert err == (
+        "Error: the Hub listed a path outside the repo: ../escape.json (hint: check HF_ENDPOINT)\n"
+    )
+    assert not (tmp_path / "escape.json").exists()
+
+
+def test_progress_on_a_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from sm120.cli.weights import DownloadProgress
+
+    screen = io.StringIO()
+    with DownloadProgress() as progress:
+        progress.console = Console(file=screen, force_terminal=True, width=100)
+        progress.live = True
+        progress.begin(2, 1, 3000, 1000)
+        progress.file_started("model.safetensors", 2000, 500)
+        progress.advance("model.safetensors", 1500)
+        progress.file_done("model.safetensors")
+        assert progress.tasks == {}
+        assert progress.progress.tasks[0].completed == 2500
+    assert "2/2 files" in screen.getvalue()

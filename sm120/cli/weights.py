@@ -78,21 +78,23 @@ class DownloadProgress:
     def _overall_text(self) -> str:
         return f"[bold]{self.finished}/{self.files} files[/bold]"
 
-    def begin(self, files: int, total_bytes: int, done_bytes: int) -> None:
-        self.files = files
+    def begin(self, files: int, done_files: int, total_bytes: int, done_bytes: int) -> None:
+        self.files, self.finished = files, done_files
         self._start()
         if self.progress is not None:
             self.overall = self.progress.add_task(
                 self._overall_text(), total=total_bytes, completed=done_bytes
             )
         else:
-            self.note(f"{files} files, {_gb(total_bytes)}; {_gb(done_bytes)} already here")
+            self.note(
+                f"{files} files, {_gb(total_bytes)}; {done_files} files and "
+                f"{_gb(done_bytes)} already here"
+            )
 
     def file_started(self, path: str, size: int, offset: int) -> None:
         if self.progress is not None:
+            # The overall bar counted resumed bytes as done at begin().
             self.tasks[path] = self.progress.add_task(f"  {path}", total=size, completed=offset)
-            # Resumed bytes count toward the whole as well.
-            self.progress.advance(self.overall, offset)
         elif offset:
             self.note(f"resuming {path} at {_gb(offset)} of {_gb(size)}")
 

@@ -83,7 +83,7 @@ def offline_by_environment() -> bool:
 class DownloadEvents(Protocol):
     """What the progress display hears; called from worker threads."""
 
-    def begin(self, files: int, total_bytes: int, done_bytes: int) -> None: ...
+    def begin(self, files: int, done_files: int, total_bytes: int, done_bytes: int) -> None: ...
     def file_started(self, path: str, size: int, offset: int) -> None: ...
     def advance(self, path: str, nbytes: int) -> None: ...
     def file_done(self, path: str) -> None: ...
@@ -91,7 +91,7 @@ class DownloadEvents(Protocol):
 
 
 class QuietEvents:
-    def begin(self, files: int, total_bytes: int, done_bytes: int) -> None:
+    def begin(self, files: int, done_files: int, total_bytes: int, done_bytes: int) -> None:
         pass
 
     def file_started(self, path: str, size: int, offset: int) -> None:
@@ -264,6 +264,11 @@ def list_files(source: HubSource, commit: str) -> list[RemoteFile]:
             if isinstance(entry, RepoFile)
         ]
     by_path = {entry.path: entry for entry in entries}
+    unsafe = [path for path in by_path if path.startswith("/") or ".." in path.split("/")]
+    if unsafe:
+        raise DownloadError(
+            f"the Hub listed a path outside the repo: {unsafe[0]}", "check HF_ENDPOINT"
+        )
     files = []
     for path in sorted(needed_files(by_path)):
         entry = by_path[path]
@@ -486,9 +491,8 @@ def run_download(
         write_manifest(plan.dest, transfer.manifest)
         done = [task for task in plan.tasks if task.action == "done"]
         transfer.result.kept += [task.remote.path for task in done]
-        events.begin(len(plan.tasks), plan.total_bytes, plan.total_bytes - plan.remaining_bytes)
-        for task in done:
-            events.file_done(task.remote.path)
+        done_bytes = plan.total_bytes - plan.remaining_bytes
+        events.begin(len(plan.tasks), len(done), plan.total_bytes, done_bytes)
         failures = _run_workers(transfer, plan.pending, workers, stop)
     if failures:
         first_path, first_error = failures[0]
