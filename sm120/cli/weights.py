@@ -151,7 +151,9 @@ def _target(plan: LaunchPlan, folder: str | None) -> tuple[str, Path]:
 @cli_errors
 def download(
     recipe: str = typer.Argument(..., help="Recipe whose checkpoint to fetch, e.g. glm47."),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s) that pick it."),
+    variant: list[str] = typer.Option(
+        [], "--variant", "-V", help="Variant(s), in order (some pick another checkpoint)."
+    ),
     folder: str | None = typer.Option(
         None, "--dir", help="Target folder (default: the model dir, else SM120_HOME/models/)."
     ),
