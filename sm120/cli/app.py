@@ -6,7 +6,18 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import chat, doctor, engine, images, launch, manage, plan_cmd, recipes, validate
+from sm120.cli import (
+    chat,
+    doctor,
+    engine,
+    images,
+    launch,
+    manage,
+    plan_cmd,
+    recipes,
+    validate,
+    weights,
+)
 
 app = typer.Typer(
     name="sm120",
@@ -41,6 +52,7 @@ validate.register(app)
 images.register(app)
 doctor.register(app)
 plan_cmd.register(app)
+weights.register(app)
 
 
 def main() -> None:

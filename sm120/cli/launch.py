@@ -14,6 +14,7 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
+    from sm120.checks import CheckedPlan
     from sm120.plan import LaunchPlan as PlanT
     from sm120.plan import PlanRequest
 
@@ -98,6 +99,7 @@ def launch(
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     _check_runtime(runtime, network)
     checked = checked_plan(request, hardware)
+    request, checked = _weights_dir(request, checked)
     if dry_run:
         if as_json:
             document = plan_document(checked)
@@ -112,6 +114,13 @@ def launch(
             raise typer.Exit(1)
         return
     checked.raise_on_failure()
+    # Will it run here at all, before fetching hundreds of GB of weights for it. Declared
+    # hardware (--gpus/--arch) replaces what this machine has, so its checks are moot then.
+    if gpus is None and arch is None:
+        from sm120.lifecycle.launcher import preflight_or_stop
+
+        preflight_or_stop(checked.plan, None, _progress_line)
+    checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
     from sm120.lifecycle.launcher import LaunchOptions
 
@@ -160,6 +169,34 @@ def _container_preview(plan: PlanT, name: str | None, network: str) -> dict[str,
         found = docker_api.get_image(docker_api.connect(), plan.image_ref)
         image_id = str(found.id) if found is not None else None
     return render_container(plan, placement(plan, name or plan.recipe, image_id, network, None))
+
+
+def _weights_dir(request: PlanRequest, checked: CheckedPlan) -> tuple[PlanRequest, CheckedPlan]:
+    """With no model dir chosen, a downloadable checkpoint lives in sm120's folder for it."""
+    from sm120.checks import checked_plan
+    from sm120.weights.ensure import with_managed_dir
+
+    managed = with_managed_dir(request, checked.plan)
+    if managed is None:
+        return request, checked
+    return managed, checked_plan(managed, checked.hardware)
+
+
+def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> CheckedPlan:
+    """Serve complete weights: fetch what is missing (asking unless --yes), then resolve
+    again so values derived from the checkpoint's config.json enter the plan."""
+    from sm120.checks import checked_plan
+    from sm120.cli.weights import weights_for_launch
+
+    if weights_for_launch(checked.plan, yes) is None:
+        return checked
+    again = checked_plan(request, checked.hardware)
+    again.raise_on_failure()
+    return again
+
+
+def _progress_line(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _ask(question: str) -> bool:

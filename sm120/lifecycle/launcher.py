@@ -100,7 +100,7 @@ def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress)
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
 
 
-def _preflight(plan: LaunchPlan, python: str, progress: Progress) -> None:
+def preflight_or_stop(plan: LaunchPlan, python: str | None, progress: Progress) -> None:
     """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
     a blocking finding stops the launch before anything starts."""
     from sm120.doctor import preflight
@@ -163,7 +163,7 @@ def _prepare(
             progress=progress,
         )
     python = _engine_python(plan, options, progress)
-    _preflight(plan, python, progress)
+    preflight_or_stop(plan, python, progress)
     _model_ready(plan, python, progress)
     return start_spec(plan, options, python)
 
