@@ -3,21 +3,22 @@
 Reads vLLM logs from 0.6 to today: V0 and V1 engines, "Pending" (old) and "Waiting",
 `(APIServer pid=1)` / `(EngineCore_DP0 pid=7)` / `(Worker_TP0 pid=9)` process prefixes,
 docker-compose `name  | ` prefixes, docker `--timestamps`, journald prefixes, real or broken
-ANSI colour codes (`\\x1b[1;36m`, `[1;36m`, `ESC[1;36m`, `^[[1;36m`), `Engine 001:` with data
-parallel, and `CPU KV cache` on CPU builds. Every pattern is searched, never anchored at the
-start of a line, so whatever prefix a log collector adds does not matter.
+ANSI colour codes (`\x1b[1;36m`, `[1;36m`, `ESC[1;36m`, `^[[1;36m`, `#033[1;36m`),
+`Engine 001:` with data parallel, and `CPU KV cache` on CPU builds. Patterns are searched,
+never anchored at the start of a line, so any prefix a log collector adds is fine.
 
-Why it is fast: almost no line of a real serve.log says anything the monitor needs. Each rule
-(an event or a catalogue failure signature) has a literal that any line it matches must
-contain; one compiled alternation of those literals, each cut to start at a character that is
-rare in logs, is searched over a whole block of text at C speed. Only the lines it hits are
-cut out, cleaned of colour codes and handed to the rules, so an ordinary line costs no Python
-code at all. `LogParser(prefilter=False)` runs every rule on every line instead: the naive
-baseline that benchmarks/logparse_speed.py compares against, and that tests check gives the
-same events.
+Why it is fast: almost no line of a real serve.log says anything the monitor needs. Every
+rule (an event, or a catalogue entry's signatures) has literals that a line it reads must
+contain; one regex over all of them (sm120/prefilter.py) runs over a whole block of text at
+C speed, and only the lines it hits are cut out and given to the rules. An ordinary line
+costs no Python code at all. `LogParser(prefilter=False)` runs every rule on every line
+instead: the naive baseline of benchmarks/logparse_speed.py, which tests check gives the same
+events.
 
-Colour codes are searched through, not removed, before the prefilter: vLLM colours only the
-process prefix, never the message text the literals come from.
+vLLM colours only the process prefix, never the message text the literals come from, so the
+prefilter and the event rules read lines as they are; failure lines are cleaned of colour
+codes first, because catalogue signatures are written for clean lines and a person reads the
+line the event carries.
 """
 
 from __future__ import annotations
@@ -75,18 +76,19 @@ _NUMBER = r"(\d+(?:\.\d+)?)"
 _STATS_FIELD = re.compile(r"(?:^|, |reqs )([A-Z][A-Za-z ]*): " + _NUMBER)
 _ENGINE_BEFORE = re.compile(r"(?:Engine (\d+)|(\d+) Engines Aggregated): ?$")
 _STATS_START = "Avg prompt throughput: "
-_STATS_RECORD = re.compile(re.escape(_STATS_START))
 
 
 def _stats(_parser: LogParser, line: str) -> list[Event]:
+    start = line.find(_STATS_START)
     events: list[Event] = []
-    # A lost newline can glue two stats records into one line; read each of them.
-    starts = [m.start() for m in _STATS_RECORD.finditer(line)]
-    for index, start in enumerate(starts):
-        end = starts[index + 1] if index + 1 < len(starts) else len(line)
-        event = _stats_record(line[max(0, start - 40) : start], line[start:end])
+    while start >= 0:
+        # A lost newline can glue two stats records into one line: read each of them.
+        following = line.find(_STATS_START, start + 1)
+        record = line[start:] if following < 0 else line[start:following]
+        event = _stats_record(line[max(0, start - 40) : start], record)
         if event is not None:
             events.append(event)
+        start = following
     return events
 
 
@@ -270,11 +272,16 @@ EVENT_RULES: tuple[Rule, ...] = (
 
 
 def _failure_rule(failure_id: str, patterns: tuple[re.Pattern[str], ...]) -> Handler:
-    """One event per catalogue entry and line, however many of its signatures match."""
+    """One event per catalogue entry and line, however many of its signatures match.
+
+    Signatures are written for lines without colour codes (sm120/failures.py), and the
+    event carries the line as a person would read it.
+    """
 
     def handler(_parser: LogParser, line: str) -> list[Event]:
-        if any(pattern.search(line) for pattern in patterns):
-            return [Failure(id=failure_id, line=line)]
+        text = clean_line(line)
+        if any(pattern.search(text) for pattern in patterns):
+            return [Failure(id=failure_id, line=text)]
         return []
 
     return handler
@@ -307,7 +314,8 @@ def _rule_set(sm: int | None) -> _RuleSet:
     by_anchor: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         for literal in rule.literals:
-            by_anchor.setdefault(rare_anchor(literal, _BY_FREQUENCY), []).append(index)
+            anchor = rare_anchor(literal, _BY_FREQUENCY, minimum=5)
+            by_anchor.setdefault(anchor, []).append(index)
     closure = prefix_closure(list(by_anchor))
     triggers = {
         anchor: tuple(sorted({index for other in closure[anchor] for index in by_anchor[other]}))
@@ -337,27 +345,31 @@ class LogParser:
 
     def __init__(self, *, sm: int | None = None, prefilter: bool = True) -> None:
         self._set = _rule_set(sm)
-        self._prefilter = prefilter and not self._set.unkeyed and self._set.gate is not None
+        gate = self._set.gate
+        # Without a literal for every rule there is nothing to skip lines on.
+        usable = prefilter and not self._set.unkeyed and gate is not None
+        self._search = gate.search if usable and gate is not None else None
         self.lines = 0
         self.index_topk_skips = 0
 
     def feed(self, line: str) -> list[Event]:
         """Events in one line (its line ending, if any, is ignored)."""
         self.lines += 1
-        if self._prefilter and self._set.gate.search(line) is None:  # type: ignore[union-attr]
+        if self._search is None:
+            return self._run(range(len(self._set.rules)), line)
+        hit = self._search(line)
+        if hit is None:
             return []
-        return self._line_events(line)
+        return self._run(self._triggered(line, hit, len(line)), line)
 
     def feed_text(self, text: str) -> list[Event]:
         """Events in a block of complete lines (the fast path for files and pipes)."""
         if not text:
             return []
         self.lines += text.count("\n") + (0 if text.endswith("\n") else 1)
-        if not self._prefilter:
-            events: list[Event] = []
-            for line in text.splitlines():
-                events.extend(self._line_events(line))
-            return events
+        if self._search is None:
+            every_rule = range(len(self._set.rules))
+            return [event for line in text.splitlines() for event in self._run(every_rule, line)]
         return self._scan(text)
 
     def parse_stream(self, stream: TextIO, block_chars: int = 1 << 20) -> Iterator[Event]:
@@ -376,37 +388,39 @@ class LogParser:
 
     def _scan(self, text: str) -> list[Event]:
         events: list[Event] = []
-        search = self._set.gate.search  # type: ignore[union-attr]
+        search = self._search
+        assert search is not None
         pos = 0
-        while True:
-            hit = search(text, pos)
-            if hit is None:
-                return events
+        while (hit := search(text, pos)) is not None:
             start = text.rfind("\n", 0, hit.start()) + 1
             end = text.find("\n", hit.end())
             if end < 0:
                 end = len(text)
-            events.extend(self._line_events(text[start:end]))
+            events.extend(self._run(self._triggered(text, hit, end), text[start:end]))
             pos = end + 1
-
-    def _line_events(self, raw: str) -> list[Event]:
-        line = clean_line(raw)
-        rules = self._set.rules
-        chosen: Iterable[int] = self._triggered(line) if self._prefilter else range(len(rules))
-        events: list[Event] = []
-        for index in chosen:
-            events.extend(rules[index].handler(self, line))
         return events
 
-    def _triggered(self, line: str) -> list[int]:
-        """Indexes (in rule order) of the rules whose anchor is somewhere in the line."""
-        found: set[int] = set()
-        search = self._set.gate.search  # type: ignore[union-attr]
-        pos = 0
-        while (hit := search(line, pos)) is not None:
-            found.update(self._set.by_anchor[hit.group()])
-            pos = hit.start() + 1
-        return sorted(found)
+    def _triggered(self, text: str, hit: re.Match[str], end: int) -> list[int]:
+        """Indexes (in rule order) of the rules whose anchors are in the line of `hit`.
+
+        `hit` is the leftmost anchor of its line; the rest of the line (up to `end`) may hold
+        more, possibly starting inside this one.
+        """
+        search = self._search
+        assert search is not None
+        by_anchor = self._set.by_anchor
+        found = by_anchor[hit.group()]
+        more = search(text, hit.start() + 1, end)
+        while more is not None:
+            found = found + by_anchor[more.group()]
+            more = search(text, more.start() + 1, end)
+        return sorted(set(found)) if len(found) > 1 else list(found)
+
+    def _run(self, rules: Iterable[int], line: str) -> list[Event]:
+        events: list[Event] = []
+        for index in rules:
+            events.extend(self._set.rules[index].handler(self, line))
+        return events
 
 
 class LogReadError(SM120Error):
