@@ -614,3 +614,18 @@ def test_counts_lines_including_a_last_one_without_newline() -> None:
     parser.feed_text("a\nb\n")
     parser.feed_text("c")
     assert parser.lines == 3
+
+
+def test_the_common_stats_shortcut_agrees_with_reading_field_by_field() -> None:
+    from sm120.monitor import logparse
+
+    checked = 0
+    for path in sorted(CORPUS.glob("*.log")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            start = line.find("Avg prompt throughput: ")
+            if start < 0 or logparse._STATS_COMMON.match(line[start:]) is None:
+                continue
+            record = line[start:]
+            assert logparse._stats_record("", record) == logparse._stats_fields(record, None, None)
+            checked += 1
+    assert checked >= 20  # the V1 lines of the corpus; V0 and glued lines take the long way

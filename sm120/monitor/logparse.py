@@ -107,7 +107,38 @@ _FLOAT_FIELDS = frozenset(
 )
 
 
+# The V1 line as vLLM has printed it since 2025-02 without the optional fields: most real
+# stats lines, read by one anchored match instead of the field-by-field loop below.
+_STATS_COMMON = re.compile(
+    r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
+    r"Running: (\d+) reqs, Waiting: (\d+) reqs, \w+ KV cache usage: ([\d.]+)%"
+    # Once there, the prefix hit rate must be read, not skipped (glued records fall through).
+    r"(?:, Prefix cache hit rate: ([\d.]+)%|(?!, Prefix))(?:, |$)"
+)
+
+
 def _stats_record(before: str, record: str) -> Stats | None:
+    engine = _ENGINE_BEFORE.search(before) if before else None
+    number = int(engine[1] or engine[2]) if engine else None
+    engine_index, engines = (number, None) if engine and engine[1] else (None, number)
+    common = _STATS_COMMON.match(record)
+    if common is None:
+        return _stats_fields(record, engine_index, engines)
+    prompt, gen, running, waiting, kv_usage, prefix_hit = common.groups()
+    return Stats(
+        engine=engine_index,
+        engines=engines,
+        prompt_tps=float(prompt),
+        gen_tps=float(gen),
+        running=int(running),
+        waiting=int(waiting),
+        kv_usage_pct=float(kv_usage),
+        prefix_hit_pct=float(prefix_hit) if prefix_hit else None,
+    )
+
+
+def _stats_fields(record: str, engine: int | None, engines: int | None) -> Stats | None:
+    """Any stats record, field by field: V0, optional V1 fields, whatever comes next."""
     values: dict[str, float | int] = {}
     for name, number in _STATS_FIELD.findall(record):
         field = _STATS_FIELDS.get(name)
@@ -120,10 +151,7 @@ def _stats_record(before: str, record: str) -> Stats | None:
             values[field] = value if field in _FLOAT_FIELDS else int(value)
     if "prompt_tps" not in values or "gen_tps" not in values:
         return None
-    engine = _ENGINE_BEFORE.search(before) if before else None
-    if engine is not None:
-        values["engine" if engine[1] else "engines"] = int(engine[1] or engine[2])
-    return Stats(**values)  # type: ignore[arg-type]
+    return Stats(engine=engine, engines=engines, **values)  # type: ignore[arg-type]
 
 
 _MEAN_LENGTH = re.compile(r"Mean acceptance length: " + _NUMBER)
@@ -314,7 +342,7 @@ def _rule_set(sm: int | None) -> _RuleSet:
     by_anchor: dict[str, list[int]] = {}
     for index, rule in enumerate(rules):
         for literal in rule.literals:
-            anchor = rare_anchor(literal, _BY_FREQUENCY, minimum=5)
+            anchor = rare_anchor(literal, _BY_FREQUENCY)
             by_anchor.setdefault(anchor, []).append(index)
     closure = prefix_closure(list(by_anchor))
     triggers = {
