@@ -629,3 +629,10 @@ def test_the_common_stats_shortcut_agrees_with_reading_field_by_field() -> None:
             assert logparse._stats_record("", record) == logparse._stats_fields(record, None, None)
             checked += 1
     assert checked >= 20  # the V1 lines of the corpus; V0 and glued lines take the long way
+
+
+def test_windows_line_endings() -> None:
+    events = parse_text(MESSAGE + "\r\n" + PREFIXES[0] + MESSAGE + "\r\n")
+    assert [event.as_dict() for event in events] == [
+        v1_stats(0, 12068.8, 734.9, 18, 33, 87.7, 0.0)
+    ] * 2

@@ -25,11 +25,21 @@ def parse(
 
     stream = open_log(file)
     parser = LogParser()
+    piped = file == "-"
+    # A pipe may be a live log (`docker logs -f ... | sm120 logs parse -`): read it line by
+    # line and print each event as it comes; a file is read in large blocks, much faster.
+    events = (
+        (event for line in stream for event in parser.feed(line))
+        if piped
+        else parser.parse_stream(stream)
+    )
     count = 0
     try:
-        for event in parser.parse_stream(stream):
+        for event in events:
             text = json.dumps(event.as_dict()) if as_json else event.describe()
             sys.stdout.write(text + "\n")
+            if piped:
+                sys.stdout.flush()
             count += 1
         sys.stdout.flush()
     except BrokenPipeError:
