@@ -8,12 +8,16 @@ import time
 
 import typer
 
+from sm120.cli import logs_parse
 from sm120.cli.errors import cli_errors
+
+# `sm120 logs` shows the log; `sm120 logs parse FILE` reads events from any log.
+logs_app = typer.Typer()
 
 
 def register(app: typer.Typer) -> None:
     app.command("status")(status)
-    app.command("logs")(logs)
+    app.add_typer(logs_app, name="logs")
     app.command("stop")(stop)
 
 
@@ -58,13 +62,17 @@ def _status_text(row: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+@logs_app.callback(invoke_without_command=True)
 @cli_errors
 def logs(
+    ctx: typer.Context,
     name: str | None = typer.Option(None, "--name", help="Deployment."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     lines: int = typer.Option(50, "--lines", "-n", help="How many last lines to show first."),
 ) -> None:
     """The engine's log (the file in the deployment's state dir)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from sm120.lifecycle.find import find_deployment, runtime_for
     from sm120.lifecycle.status import tail_lines
 
@@ -104,3 +112,6 @@ def stop(
         f"{verb} {state.name}: the engine {how} after "
         f"{time.monotonic() - started:.1f}s; port {state.port} is free"
     )
+
+
+logs_parse.register(logs_app)

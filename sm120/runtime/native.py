@@ -116,6 +116,14 @@ class NativeRuntime:
         )
 
 
+# sm120's own settings: vLLM reads every VLLM_* variable and warns about unknown ones (F17).
+SM120_ONLY_VARIABLES = ("VLLM_PYTHON",)
+
+
+def _inherited_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in SM120_ONLY_VARIABLES}
+
+
 def _never() -> bool:
     return False
 
@@ -139,7 +147,7 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **spec.env},
+            env={**_inherited_env(), **spec.env},
             start_new_session=True,
         )
     finally:
