@@ -83,13 +83,14 @@ def ensure_tiny_model_in_image(
     if (dest / "config.json").is_file():
         return
     progress(f"building the tiny test model in {dest} (inside the image)")
-    dest.mkdir(parents=True, exist_ok=True)
+    # The builder writes beside the destination and renames into place: mount the parent.
+    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         client.containers.run(
             image_id,
             entrypoint=[plan.image.python, "-I", BUILDER_IN_IMAGE],
-            command=["/out"],
-            volumes={str(dest): {"bind": "/out", "mode": "rw"}},
+            command=[f"/out/{dest.name}"],
+            volumes={str(dest.parent): {"bind": "/out", "mode": "rw"}},
             network_mode="none",
             remove=True,
             labels={"sm120.purpose": "tiny-model"},
@@ -97,7 +98,7 @@ def ensure_tiny_model_in_image(
     except Exception as exc:
         raise TinyModelError(
             f"building the tiny model in the image failed: {docker_api._first_line(exc)}",
-            f"rebuild the image: sm120 build {plan.recipe} --no-cache",
+            f"the image may be broken: sm120 build {plan.recipe} --no-cache rebuilds it",
         ) from exc
 
 
