@@ -30,6 +30,7 @@ from sm120.recipe.schema import (
     HardwareSpec,
     ImageSpec,
     ModelSource,
+    MonitorSpec,
     Recipe,
     SmokeSpec,
     Timeouts,
@@ -75,6 +76,7 @@ class LaunchPlan:
     baseline: Baseline | None
     timeouts: Timeouts
     smoke: SmokeSpec
+    monitor: MonitorSpec
     derived: Mapping[str, Any]
     pending: tuple[str, ...]
     forced: tuple[str, ...]
@@ -113,6 +115,7 @@ class _Work:
     baseline: Baseline | None
     smoke: dict[str, Any]
     timeouts: dict[str, Any]
+    monitor: dict[str, Any]
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = 8000
@@ -144,6 +147,7 @@ def _start(recipe: Recipe) -> _Work:
         baseline=recipe.baseline,
         smoke=recipe.smoke.model_dump(),
         timeouts=recipe.timeouts.model_dump(),
+        monitor=recipe.monitor.model_dump(),
         port=recipe.default_port,
     )
     work.provenance.update({f"args.{k}": "recipe" for k in work.args})
@@ -338,6 +342,7 @@ def _freeze(
     hardware = _validated(HardwareSpec, work.hardware, "hardware")
     smoke = _validated(SmokeSpec, work.smoke, "smoke")
     timeouts = _validated(Timeouts, work.timeouts, "timeouts")
+    monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
     identity = {
@@ -371,6 +376,7 @@ def _freeze(
         baseline=work.baseline,
         timeouts=timeouts,
         smoke=smoke,
+        monitor=monitor,
         derived=derived,
         pending=tuple(pending),
         forced=forced,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import chat, engine, launch, manage, recipes, validate
+from sm120.cli import chat, engine, launch, manage, monitor, recipes, validate
 
 app = typer.Typer(
     name="sm120",
@@ -36,6 +36,7 @@ app.add_typer(recipes.app, name="recipes")
 launch.register(app)
 chat.register(app)
 manage.register(app)
+monitor.register(app)
 app.add_typer(engine.app, name="engine")
 validate.register(app)
 

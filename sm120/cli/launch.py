@@ -77,6 +77,9 @@ def launch(
     foreground: bool = typer.Option(False, "--foreground", help="Stay attached until Ctrl-C."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before long work."),
+    no_monitor: bool = typer.Option(
+        False, "--no-monitor", help="Do not start the monitor (peaks, watchdog) after READY."
+    ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
     from sm120.checks import checked_plan, plan_document
@@ -113,6 +116,7 @@ def launch(
         api_key=api_key,
         replace=replace,
         timeout_s=timeout,
+        monitor=not no_monitor,
     )
     raise typer.Exit(serve(checked, options, foreground=foreground))
 

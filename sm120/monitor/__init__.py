@@ -1,0 +1,1 @@
+"""Monitoring: log parsing, metrics, peaks and the watchdog."""
