@@ -304,3 +304,26 @@ def test_catalogue_failures_in_the_log_are_alerts(tmp_path: Path, scripted: Scri
     service.step()
     assert kinds(service) == ["failure"]
     assert service.alerts[0].message.startswith("F02 ")
+
+
+def test_a_restart_that_never_gets_ready_is_reported(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(
+        tmp_path, scripted, restart_on_wedge=True, ready_timeout_s=30.0
+    )
+    restart = target.restart
+
+    def restart_unhealthy(stop_timeout_s: float) -> None:
+        restart(stop_timeout_s)
+        scripted.health = 500  # the new server answers, but never becomes healthy
+
+    target.restart = restart_unhealthy  # type: ignore[method-assign]
+    service.step()
+    wedge(service, scripted, clock)
+    assert target.restarts == 1
+    for _ in range(40):
+        clock.now += 1
+        service.step()
+    assert kinds(service)[-1] == "not_ready"
+    assert service.alerts[-1].message == "the restarted server is not ready after 31 s"

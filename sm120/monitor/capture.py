@@ -295,6 +295,23 @@ class Capture:
             self.lines_written += written
         return written
 
+    def follow(
+        self,
+        attach: Callable[[], LogSource | None],
+        stop: Callable[[], bool] = never,
+        wait_s: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Re-attach for as long as stop() is false: pump the current source until its
+        stream ends (the container stopped), then ask `attach` again (None: nothing to
+        attach to yet) and carry on where the cursor says."""
+        while not stop():
+            source = attach()
+            if source is not None:
+                self.pump(source, stop)
+            if not stop():
+                sleep(wait_s)
+
     def _resume(self, identity: str) -> tuple[str | None, int]:
         if self.cursor_path is None:
             self.writer.end_torn_line()

@@ -110,6 +110,7 @@ class MonitorService:
         self.exit_text: str | None = None
         self.finished = False
         self.last_wedge: str | None = None
+        self.restarted_at: float | None = None
         self._episodes: set[str] = set()
         self._http: httpx.Client | None = None
 
@@ -189,9 +190,16 @@ class MonitorService:
             )
         elif self.health == 200:
             self._end_episode("health")
+            self.restarted_at = None
             if not self.tracker.is_ready:
                 # /health is the authority (the log may be elsewhere, e.g. a compose service).
                 self.tracker.feed("Application startup complete.", now)
+        if self.health != 200 and self.restarted_at is not None:
+            waited = now - self.restarted_at
+            if waited > self.settings.ready_timeout_s:
+                self._alert_once(
+                    "not_ready", now, f"the restarted server is not ready after {waited:.0f} s"
+                )
         if self.health is None:
             self.activity = "starting" if not self.tracker.is_ready else "not answering"
             return
@@ -352,6 +360,7 @@ class MonitorService:
             return
         after = self.clock()
         self._new_run(after)
+        self.restarted_at = after
         self.identity = self.target.server().identity
         self._note_start(after)
 
