@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_BACKUPS = 3
@@ -199,6 +199,15 @@ class LogSource(Protocol):
     def identity(self) -> str: ...
 
     def read(self, after: str | None) -> Iterator[LogChunk]: ...
+
+
+@runtime_checkable
+class CapturedByMonitor(Protocol):
+    """A runtime whose output nobody else writes to serve.log (a container's: its log lives
+    in the container engine). The monitor then follows `log_source(state)` into serve.log,
+    re-attaching whenever the stream ends; None means nothing to attach to right now."""
+
+    def log_source(self, state: Any) -> LogSource | None: ...
 
 
 class ProcessOutputSource:

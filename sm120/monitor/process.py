@@ -13,15 +13,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
+from sm120.monitor.capture import Capture, RotatingLogWriter
 from sm120.monitor.files import MonitorFiles
+
+if TYPE_CHECKING:
+    from sm120.monitor.target import Target
 
 MONITOR_MODULE = "sm120.monitor"
 STOP_TIMEOUT_S = 60.0
 START_WAIT_S = 10.0
+CURSOR_FILE = "capture.json"
+CAPTURE_JOIN_S = 5.0
 
 
 class PidLock:
@@ -127,11 +134,9 @@ def serve(
     api_key: str | None = None,
 ) -> int:
     """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away."""
-    import threading
-
     from sm120.monitor.files import load_settings
     from sm120.monitor.service import MonitorService
-    from sm120.monitor.target import DeploymentTarget, Target, UrlTarget
+    from sm120.monitor.target import DeploymentTarget, UrlTarget
 
     files.make_dirs()
     lock = PidLock(files.pid)
@@ -150,7 +155,32 @@ def serve(
         service = MonitorService(target, files, load_settings(files.settings))
         sys.stderr.write(f"monitoring {target.base_url} (pid {os.getpid()})\n")
         sys.stderr.flush()
+        capture = start_log_capture(target, files, stop)
         service.run(stop)
+        stop.set()
+        if capture is not None:
+            capture.join(CAPTURE_JOIN_S)
     finally:
         lock.release()
     return 0
+
+
+def start_log_capture(
+    target: Target, files: MonitorFiles, stop: threading.Event
+) -> threading.Thread | None:
+    """For runtimes whose output only the monitor copies (containers): follow it into
+    serve.log on a thread, re-attaching after restarts, exactly once via a cursor."""
+    if not target.captures_logs():
+        return None
+    writer = RotatingLogWriter(files.serve_log)
+    capture = Capture(writer, files.logs / CURSOR_FILE)
+
+    def run() -> None:
+        try:
+            capture.follow(target.log_source, stop.is_set)
+        finally:
+            writer.close()
+
+    thread = threading.Thread(target=run, name="log-capture", daemon=True)
+    thread.start()
+    return thread
