@@ -51,6 +51,8 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn does
+
             def do_GET(self) -> None:
                 server.authorizations.append(self.headers.get("Authorization"))
                 if self.path == "/health":
@@ -164,6 +166,22 @@ def test_rates_peaks_history_and_the_api_key(tmp_path: Path, scripted: ScriptedS
     history = service.files.history.read_text().splitlines()
     assert len(history) == 2
     assert set(scripted.authorizations) == {"Bearer secret-key"}
+
+
+def test_polling_leaves_the_port_free_when_the_server_dies(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    """A relaunch on the same port must not find it held by the monitor's connection."""
+    import socket
+
+    service, _target, clock, _ = make(tmp_path, scripted)
+    for _ in range(3):
+        service.step()
+        clock.now += 1
+    port = int(scripted.url.rsplit(":", 1)[1])
+    scripted.close()  # the server dies while the monitor is between polls
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
 
 
 def test_a_restarted_server_does_not_make_a_fake_peak(

@@ -117,15 +117,19 @@ class MonitorService:
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        last_failure = ""
         while not stop.is_set() and not self.finished:
-            if self.target.gone():
-                self.say("the deployment was stopped or replaced; the monitor ends")
-                break
             began = time.monotonic()
             try:
+                if self.target.gone():
+                    self.say("the deployment was stopped or replaced; the monitor ends")
+                    break
                 self.step()
             except Exception:  # one bad poll must not end the watch
-                self.say("poll failed:\n" + traceback.format_exc())
+                failure = traceback.format_exc()
+                if failure != last_failure:  # a repeating failure is logged once
+                    self.say("poll failed:\n" + failure)
+                last_failure = failure
             stop.wait(max(0.0, self.settings.poll_s - (time.monotonic() - began)))
         self.publish(stopped=True)
         self.close()
@@ -173,8 +177,15 @@ class MonitorService:
                 self._http.close()
             key = self.target.api_key()
             headers = {"Authorization": f"Bearer {key}"} if key else {}
+            # No keep-alive: a connection left open when the server dies holds its port
+            # (the server side lingers in TIME_WAIT), and a restart or relaunch on the same
+            # port would then find it taken. Closing after each request leaves the wait on
+            # our side.
             self._http = httpx.Client(
-                base_url=self.target.base_url, headers=headers, timeout=HTTP_TIMEOUT_S
+                base_url=self.target.base_url,
+                headers=headers,
+                timeout=HTTP_TIMEOUT_S,
+                limits=httpx.Limits(max_keepalive_connections=0),
             )
         return self._http
 
