@@ -89,5 +89,6 @@ def _health(base: str, key: str | None) -> int | None:
 
 
 def tail_lines(path: str, count: int) -> tuple[list[str], int]:
-    """The last `count` lines (across rotations) and how many lines the current file has."""
-    return follow_tail(Path(path), count)
+    """The last `count` lines of the current serve.log and how many lines it has. Backups
+    stay out: after a launch they hold the previous run, not this one."""
+    return follow_tail(Path(path), count, max_backups=0)
