@@ -92,4 +92,5 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
         "why": dict(plan.why),
         "baseline": plan.baseline.model_dump(exclude_none=True) if plan.baseline else None,
         "timeouts": plan.timeouts.model_dump(),
+        "monitor": plan.monitor.model_dump(),
     }

@@ -13,7 +13,17 @@ from sm120.recipe.schema import Recipe
 from sm120.suggest import did_you_mean
 
 # Recipe sections a --set may reach into; the rest (name, variants, ...) define the recipe.
-SETTABLE_SECTIONS = ("model", "image", "hardware", "env", "smoke", "timeouts", "derive", "args")
+SETTABLE_SECTIONS = (
+    "model",
+    "image",
+    "hardware",
+    "env",
+    "smoke",
+    "timeouts",
+    "derive",
+    "monitor",
+    "args",
+)
 SETTABLE_SCALARS = ("thinking",)
 
 

@@ -30,6 +30,7 @@ from sm120.recipe.schema import (
     HardwareSpec,
     ImageSpec,
     ModelSource,
+    MonitorSpec,
     Recipe,
     SmokeSpec,
     Timeouts,
@@ -79,6 +80,7 @@ class LaunchPlan:
     baseline: Baseline | None
     timeouts: Timeouts
     smoke: SmokeSpec
+    monitor: MonitorSpec
     derived: Mapping[str, Any]
     pending: tuple[str, ...]
     forced: tuple[str, ...]
@@ -125,6 +127,7 @@ class _Work:
     baseline: Baseline | None
     smoke: dict[str, Any]
     timeouts: dict[str, Any]
+    monitor: dict[str, Any]
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = 8000
@@ -156,6 +159,7 @@ def _start(recipe: Recipe) -> _Work:
         baseline=recipe.baseline,
         smoke=recipe.smoke.model_dump(),
         timeouts=recipe.timeouts.model_dump(),
+        monitor=recipe.monitor.model_dump(),
         port=recipe.default_port,
     )
     work.provenance.update({f"args.{k}": "recipe" for k in work.args})
@@ -350,6 +354,7 @@ def _freeze(
     hardware = _validated(HardwareSpec, work.hardware, "hardware")
     smoke = _validated(SmokeSpec, work.smoke, "smoke")
     timeouts = _validated(Timeouts, work.timeouts, "timeouts")
+    monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
     identity = {
@@ -384,6 +389,7 @@ def _freeze(
         baseline=work.baseline,
         timeouts=timeouts,
         smoke=smoke,
+        monitor=monitor,
         derived=derived,
         pending=tuple(pending),
         forced=forced,

@@ -338,7 +338,7 @@ def test_supervisor_rejects_a_malformed_command_line(tmp_path: Path) -> None:
         check=False,
     )
     assert completed.returncode == 1
-    assert "usage: python -m sm120.runtime.supervise --exit-file FILE -- ARGV..." in (
+    assert "usage: python -m sm120.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..." in (
         completed.stderr
     )
 

@@ -13,6 +13,7 @@ from sm120.cli import (
     images,
     launch,
     manage,
+    monitor,
     plan_cmd,
     recipes,
     validate,
@@ -47,6 +48,7 @@ app.add_typer(recipes.app, name="recipes")
 launch.register(app)
 chat.register(app)
 manage.register(app)
+monitor.register(app)
 app.add_typer(engine.app, name="engine")
 validate.register(app)
 images.register(app)

@@ -86,6 +86,9 @@ def launch(
     foreground: bool = typer.Option(False, "--foreground", help="Stay attached until Ctrl-C."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before long work."),
+    no_monitor: bool = typer.Option(
+        False, "--no-monitor", help="Do not start the monitor (peaks, watchdog) after READY."
+    ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
     from sm120.checks import checked_plan, plan_document
@@ -132,6 +135,7 @@ def launch(
         timeout_s=timeout,
         confirm=None if yes or not sys.stdin.isatty() else _ask,
         docker_network=network,
+        monitor=not no_monitor,
     )
     raise typer.Exit(serve(checked, options, runtime=runtime, foreground=foreground))
 

@@ -59,6 +59,11 @@ def _status_text(row: dict[str, object]) -> str:
     else:
         lines.append(f"  dead      the engine {row['exit']} at {row['ended']}")
         lines.append(f"  log       {row['log_path']}  (sm120 logs --name {row['name']})")
+    summary = row.get("monitor")
+    if isinstance(summary, dict):
+        from sm120.monitor.summary import summary_lines
+
+        lines += summary_lines(summary)
     return "\n".join(lines)
 
 
@@ -98,11 +103,15 @@ def stop(
 ) -> None:
     """Stop gracefully (SIGTERM, then SIGKILL after --timeout) and clean the state."""
     from sm120.lifecycle.find import find_deployment, runtime_for
+    from sm120.lifecycle.monitoring import stop_for
     from sm120.state import clear_state
 
+    started = time.monotonic()
+    # The monitor first: its watchdog must not restart what is being stopped. It may have
+    # just restarted the server, so the state is read after it is gone.
+    stop_for(find_deployment(name).name)
     state = find_deployment(name)
     runtime = runtime_for(state)
-    started = time.monotonic()
     was_running = runtime.status(state).running
     info = runtime.stop(state, timeout=timeout)
     clear_state(state.name)

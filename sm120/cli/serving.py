@@ -73,6 +73,8 @@ def banner(ready: Ready) -> None:
     )
     console.print(f'  chat      sm120 chat "hello"   (API key: {ready.state.api_key_file})')
     console.print(f"  manage    sm120 status | sm120 logs -f | sm120 stop {name}")
+    if ready.monitor_pid:
+        console.print(f"  monitor   sm120 monitor (pid {ready.monitor_pid}; peaks, watchdog)")
     kv = ready.wait.tracker.kv_cache_tokens
     if kv:
         console.print(f"  KV cache  {kv:,} tokens")
@@ -92,7 +94,11 @@ def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
         sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
         return 1
     except KeyboardInterrupt:
+        from sm120.lifecycle.monitoring import stop_for
+        from sm120.state import load_state
+
         sys.stderr.write("stopping...\n")
-        runtime.stop(state)
+        stop_for(state.name)
+        runtime.stop(load_state(state.name) or state)
         clear_state(state.name)
         return 0

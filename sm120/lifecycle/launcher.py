@@ -18,6 +18,7 @@ from sm120.errors import SM120Error
 from sm120.lifecycle.ports import ensure_port_free
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.monitor.capture import start_fresh_log
 from sm120.phases import PhaseUpdate
 from sm120.plan import LaunchPlan
 from sm120.render.argv import render_argv
@@ -45,6 +46,8 @@ class LaunchOptions:
     # Docker runtime: "bridge" publishes the port on the plan's address, "host" shares the
     # host's network (engines without a bridge network).
     docker_network: str = "bridge"
+    # Start the monitor (logs, peaks, watchdog) once the server is READY.
+    monitor: bool = True
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Ready:
     answer: str
     phases: list[tuple[str, float]] = field(default_factory=list)
     total_s: float = 0.0
+    monitor_pid: int | None = None
 
 
 def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progress) -> None:
@@ -62,18 +66,23 @@ def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progre
     if existing is None:
         return
     from sm120.lifecycle.find import runtime_for
+    from sm120.lifecycle.monitoring import stop_for
 
     # The deployment may run under another runtime than the one asked for now.
     current = runtime_for(existing)
-    if current.status(existing).running:
-        if not options.replace:
-            raise LaunchError(
-                f"deployment '{options.name}' is already running on "
-                f"http://{existing.host}:{existing.port}",
-                f"use it ('sm120 chat'), stop it ('sm120 stop {options.name}'), or --replace",
-            )
+    running = current.status(existing).running
+    if running and not options.replace:
+        raise LaunchError(
+            f"deployment '{options.name}' is already running on "
+            f"http://{existing.host}:{existing.port}",
+            f"use it ('sm120 chat'), stop it ('sm120 stop {options.name}'), or --replace",
+        )
+    # The monitor goes first, or its watchdog could restart what is being replaced; it may
+    # have restarted the server just now, so read the state again.
+    stop_for(options.name)
+    if running:
         progress(f"stopping the running '{options.name}' (--replace)")
-        current.stop(existing)
+    current.stop(load_state(options.name) or existing)
     clear_state(options.name)
 
 
@@ -182,15 +191,21 @@ def launch(
     ensure_port_free(plan.host, plan.port)
     spec = _prepare(plan, runtime, options, progress)
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")  # a fresh log per launch; the monitor keeps history elsewhere
+    # A fresh log per launch; earlier runs stay in the rotated backups.
+    start_fresh_log(log_path)
     state = runtime.start(spec, log_path)
     try:
-        return _wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = _wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
         runtime.stop(state, timeout=10.0)
         clear_state(options.name)
         raise
+    if options.monitor:
+        from sm120.lifecycle.monitoring import prepare_monitor, start_for
+
+        prepare_monitor(plan, spec, state.runtime)
+        ready.monitor_pid = start_for(options.name)
+    return ready
 
 
 def _wait_and_smoke(

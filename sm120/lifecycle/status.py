@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,10 @@ import httpx
 
 from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
-from sm120.state import DeploymentState
+from sm120.monitor.files import MonitorFiles
+from sm120.monitor.follow import tail_lines as follow_tail
+from sm120.monitor.summary import monitor_summary
+from sm120.state import DeploymentState, deployment_dir
 
 
 def _age(seconds: float) -> str:
@@ -75,6 +77,7 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         row["ended"] = (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended_at)) if info else None
         )
+    row["monitor"] = monitor_summary(MonitorFiles(deployment_dir(state.name)))
     return row
 
 
@@ -87,14 +90,6 @@ def _health(base: str, key: str | None) -> int | None:
 
 
 def tail_lines(path: str, count: int) -> tuple[list[str], int]:
-    """The last `count` lines and how many lines the file has."""
-    total = 0
-    last: deque[str] = deque(maxlen=max(count, 0))
-    try:
-        with Path(path).open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                total += 1
-                last.append(line.rstrip("\n"))
-    except FileNotFoundError:
-        return [], 0
-    return list(last), total
+    """The last `count` lines of the current serve.log and how many lines it has. Backups
+    stay out: after a launch they hold the previous run, not this one."""
+    return follow_tail(Path(path), count, max_backups=0)

@@ -182,6 +182,30 @@ class SmokeSpec(Strict):
     )
 
 
+class MonitorSpec(Strict):
+    restart_on_wedge: bool = Field(
+        False,
+        description="Let the monitor's watchdog restart the server when it finds it wedged "
+        "(F22), after capturing diagnostics; bounded by max_restarts per restart_window_h (F26). "
+        "Off: it only captures diagnostics and alerts.",
+    )
+    wedge_timeout_s: float = Field(
+        120,
+        gt=0,
+        description="Seconds with requests running and every token counter frozen, outside a "
+        "compile or warm-up (F21), before the server counts as wedged.",
+    )
+    max_restarts: int = Field(
+        3, ge=0, description="Watchdog restarts allowed per window; one more wedge gives up."
+    )
+    restart_window_h: float = Field(
+        6.0, gt=0, description="The circuit breaker's window for max_restarts, in hours."
+    )
+    poll_s: float = Field(
+        5.0, gt=0, le=60, description="How often the monitor scrapes /metrics and the log."
+    )
+
+
 class Derivations(Strict):
     index_topk_pattern: bool = Field(
         False,
@@ -237,4 +261,7 @@ class Recipe(Strict):
     baseline: Baseline | None = Field(None, description="Published performance of the default.")
     timeouts: Timeouts = Field(description="Launch time limits.")
     smoke: SmokeSpec = Field(default_factory=SmokeSpec, description="READY probe settings.")
+    monitor: MonitorSpec = Field(
+        default_factory=MonitorSpec, description="The monitor and its watchdog."
+    )
     default_port: int = Field(8000, ge=1, le=65535, description="Port when none is given.")

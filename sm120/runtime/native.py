@@ -15,15 +15,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from sm120.errors import SM120Error
+from sm120.monitor.follow import LogFollower
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.state import DeploymentState, deployment_dir, load_state, save_state
 
 SUPERVISOR_MODULE = "sm120.runtime.supervise"
 EXIT_FILE = "exit.json"
 RUNTIME_NAME = "native"
+SUPERVISOR_LOG = "supervise.log"
 POLL_INTERVAL = 0.05
 # The supervisor needs a moment to start the engine; the pid is a nicety, not a must.
 ENGINE_PID_WAIT = 2.0
@@ -135,12 +137,16 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
         SUPERVISOR_MODULE,
         "--exit-file",
         str(exit_file),
+        "--log",
+        str(log_path),
         "--",
         *spec.argv,
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    # Engine logs can echo secrets from the command line: keep them private.
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # The supervisor writes the engine's output to log_path itself (rotated); its own
+    # stdout/stderr only matter if it crashes, and that goes beside the log.
+    own_log = log_path.with_name(SUPERVISOR_LOG)
+    log_fd = os.open(own_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         supervisor = subprocess.Popen(
             argv,
@@ -280,17 +286,13 @@ def follow_log(
     stop: Callable[[], bool],
     running: Callable[[], bool],
 ) -> Iterator[str]:
-    """Like tail -f from line `from_line`: ends on stop(), or once the writer is gone and
-    everything it wrote has been yielded."""
-    while not path.exists():
-        if stop() or not running():
-            return
-        time.sleep(POLL_INTERVAL)
+    """Like tail -F from line `from_line` of the current file: ends on stop(), or once the
+    writer is gone and everything it wrote has been yielded. Follows rotations."""
+    follower = LogFollower(path)
     lines_seen = 0
-    with path.open("rb") as handle:
-        reader = _LineReader(handle)
+    try:
         while True:
-            for line in reader.complete_lines():
+            for line in follower.read_lines():
                 lines_seen += 1
                 if lines_seen > from_line:
                     yield line
@@ -300,30 +302,11 @@ def follow_log(
                 return
             if not running():
                 # Whatever was written before the exit is in the file now: drain it.
-                for line in [*reader.complete_lines(), *reader.rest()]:
+                for line in [*follower.read_lines(), *follower.rest()]:
                     lines_seen += 1
                     if lines_seen > from_line:
                         yield line
                 return
             time.sleep(POLL_INTERVAL)
-
-
-class _LineReader:
-    """Reads a growing file, handing out only lines whose newline has been written."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self._handle = handle
-        self._partial = b""
-
-    def complete_lines(self) -> list[str]:
-        self._partial += self._handle.read()
-        *complete, self._partial = self._partial.split(b"\n")
-        return [_decode(line) for line in complete]
-
-    def rest(self) -> list[str]:
-        rest, self._partial = self._partial, b""
-        return [_decode(rest)] if rest else []
-
-
-def _decode(line: bytes) -> str:
-    return line.rstrip(b"\r").decode("utf-8", errors="replace")
+    finally:
+        follower.close()

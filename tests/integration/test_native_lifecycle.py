@@ -26,14 +26,6 @@ from tests.integration.realstack import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
-
-    dest = tmp_path_factory.mktemp("models") / "tiny"
-    return ensure_tiny_model(engine_python, dest, lambda _: None)
-
-
 def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and engine_processes(port):

@@ -1,0 +1,49 @@
+"""Hooking the monitor into the lifecycle: launch hands it its settings and starts it after
+READY; stop and --replace end it before they touch the server."""
+
+from __future__ import annotations
+
+from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
+from sm120.monitor.process import start_monitor, stop_monitor
+from sm120.plan import LaunchPlan
+from sm120.runtime.base import LaunchSpec
+from sm120.state import deployment_dir
+
+
+def monitor_files(name: str) -> MonitorFiles:
+    return MonitorFiles(deployment_dir(name))
+
+
+def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
+    wanted = plan.monitor
+    # A native run does not use the recipe's image: name the engine build instead.
+    image = plan.image_ref if runtime_name != "native" else f"native {plan.image.engine_version}"
+    return MonitorSettings(
+        poll_s=wanted.poll_s,
+        wedge_timeout_s=wanted.wedge_timeout_s,
+        restart_on_wedge=wanted.restart_on_wedge,
+        max_restarts=wanted.max_restarts,
+        restart_window_s=wanted.restart_window_h * 3600,
+        ready_timeout_s=float(plan.timeouts.ready_s),
+        image=image,
+        plan_hash=plan.plan_hash,
+    )
+
+
+def prepare_monitor(plan: LaunchPlan, spec: LaunchSpec, runtime_name: str) -> MonitorFiles:
+    """Write what the monitor needs. A launch by hand also resets the restart breaker: the
+    user has looked at the server, so an earlier 'gave up' no longer holds."""
+    files = monitor_files(spec.name)
+    files.make_dirs()
+    settings_from_plan(plan, runtime_name).save(files.settings)
+    save_launch_spec(files.launch_spec, spec)
+    files.watchdog.unlink(missing_ok=True)
+    return files
+
+
+def start_for(name: str) -> int:
+    return start_monitor(name, monitor_files(name))
+
+
+def stop_for(name: str) -> bool:
+    return stop_monitor(monitor_files(name))

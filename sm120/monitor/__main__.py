@@ -1,0 +1,45 @@
+"""`python -m sm120.monitor`: the monitor service (what `launch` starts, and what the compose
+overlay runs).
+
+    python -m sm120.monitor --name NAME
+        watch a deployment sm120 started (it may restart it, per the recipe)
+    python -m sm120.monitor --url http://127.0.0.1:8000 --state-dir DIR [--api-key-file F]
+        watch a server known only by its address (a compose service); files go to DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sm120.monitor")
+    parser.add_argument("--name", help="deployment name (in the sm120 state dir)")
+    parser.add_argument("--url", help="server address, when there is no deployment state")
+    parser.add_argument("--state-dir", help="where the monitor writes, with --url")
+    parser.add_argument("--api-key-file", help="file holding the server's API key, with --url")
+    args = parser.parse_args(argv)
+    from sm120.errors import SM120Error
+    from sm120.lifecycle.secrets import read_api_key
+    from sm120.monitor.files import MonitorFiles
+    from sm120.monitor.process import serve
+
+    try:
+        if args.name:
+            from sm120.state import check_deployment_name, deployment_dir
+
+            files = MonitorFiles(deployment_dir(check_deployment_name(args.name)))
+            return serve(args.name, files)
+        if not args.url or not args.state_dir:
+            parser.error("give --name, or --url with --state-dir")
+        files = MonitorFiles(Path(args.state_dir))
+        return serve(None, files, url=args.url, api_key=read_api_key(args.api_key_file))
+    except SM120Error as exc:
+        sys.stderr.write(f"Error: {exc.one_line()}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""The monitor as a process: started detached by `launch` (it outlives the CLI, like the
+native supervisor), found again through a locked pid file, stopped by `stop`.
+
+The pid file is locked (flock) for as long as its monitor runs, so "is a monitor running"
+never trusts a stale pid that the system has since given to another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from sm120.monitor.capture import Capture, RotatingLogWriter
+from sm120.monitor.files import MonitorFiles
+
+if TYPE_CHECKING:
+    from sm120.monitor.target import Target
+
+MONITOR_MODULE = "sm120.monitor"
+STOP_TIMEOUT_S = 60.0
+START_WAIT_S = 10.0
+CURSOR_FILE = "capture.json"
+CAPTURE_JOIN_S = 5.0
+
+
+class PidLock:
+    """Held by the running monitor; a second monitor for the same deployment cannot take it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+        return True
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def running_monitor(files: MonitorFiles) -> int | None:
+    """The pid of the monitor that holds the lock, or None."""
+    try:
+        handle = files.pid.open(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else None
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+
+def start_monitor(name: str, files: MonitorFiles) -> int:
+    """Start `python -m sm120.monitor --name NAME` in its own session; returns its pid."""
+    files.make_dirs()
+    log_fd = os.open(files.monitor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", MONITOR_MODULE, "--name", name],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)
+    # Wait until it holds its lock, so a `stop` right after a launch finds it.
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        if running_monitor(files) == process.pid:
+            break
+        time.sleep(0.05)
+    return process.pid
+
+
+def stop_monitor(files: MonitorFiles, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """SIGTERM the running monitor and wait for it (SIGKILL after timeout_s); True if one ran.
+
+    A monitor in the middle of a watchdog restart finishes starting the server before it
+    exits, so the caller must read the deployment's state again afterwards.
+    """
+    pid = running_monitor(files)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while running_monitor(files) == pid:
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(files, pid)
+            break
+        time.sleep(0.05)
+    return True
+
+
+def _wait_gone(files: MonitorFiles, pid: int) -> None:
+    deadline = time.monotonic() + 5.0
+    while running_monitor(files) == pid and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def serve(
+    target_name: str | None,
+    files: MonitorFiles,
+    *,
+    url: str | None = None,
+    api_key: str | None = None,
+) -> int:
+    """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away."""
+    from sm120.monitor.files import load_settings
+    from sm120.monitor.service import MonitorService
+    from sm120.monitor.target import DeploymentTarget, UrlTarget
+
+    files.make_dirs()
+    lock = PidLock(files.pid)
+    if not lock.acquire():
+        sys.stderr.write(
+            f"a monitor already runs for {files.root} (pid {running_monitor(files)})\n"
+        )
+        return 0
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    try:
+        target: Target = (
+            DeploymentTarget(target_name, files) if target_name else UrlTarget(url or "", api_key)
+        )
+        service = MonitorService(target, files, load_settings(files.settings))
+        sys.stderr.write(f"monitoring {target.base_url} (pid {os.getpid()})\n")
+        sys.stderr.flush()
+        capture = start_log_capture(target, files, stop)
+        service.run(stop)
+        stop.set()
+        if capture is not None:
+            capture.join(CAPTURE_JOIN_S)
+    finally:
+        lock.release()
+    return 0
+
+
+def start_log_capture(
+    target: Target, files: MonitorFiles, stop: threading.Event
+) -> threading.Thread | None:
+    """For runtimes whose output only the monitor copies (containers): follow it into
+    serve.log on a thread, re-attaching after restarts, exactly once via a cursor."""
+    if not target.captures_logs():
+        return None
+    writer = RotatingLogWriter(files.serve_log)
+    capture = Capture(writer, files.logs / CURSOR_FILE)
+
+    def run() -> None:
+        try:
+            capture.follow(target.log_source, stop.is_set)
+        finally:
+            writer.close()
+
+    thread = threading.Thread(target=run, name="log-capture", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,86 @@
+"""What `sm120 status` shows of the monitor: peaks, the watchdog, the latest alerts. Reads
+the monitor's files only, so it works whether or not the monitor runs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from sm120.monitor.files import MonitorFiles, load_settings
+from sm120.monitor.peaks import iso_time, load_peaks, read_json
+from sm120.monitor.process import running_monitor
+
+# live.json older than this came from a monitor that no longer updates it.
+STALE_AFTER_S = 120.0
+
+
+def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
+    settings = load_settings(files.settings)
+    peaks = load_peaks(files.peak)
+    breaker = read_json(files.watchdog)
+    breaker = breaker if isinstance(breaker, dict) else {}
+    live = read_json(files.live)
+    live = live if isinstance(live, dict) else {}
+    now = time.time()
+    window = settings.restart_window_s
+    recent = [at for at in breaker.get("restarts") or [] if now - float(at) < window]
+    gave_up_at = breaker.get("gave_up_at")
+    fresh = now - float(live.get("updated_at") or 0.0) < STALE_AFTER_S
+    return {
+        "monitor_pid": running_monitor(files),
+        "activity": live.get("activity") if fresh else None,
+        "decode_tps": live.get("decode_tps") if fresh else None,
+        "prefill_tps": live.get("prefill_tps") if fresh else None,
+        "peaks": asdict(peaks) if peaks else None,
+        "watchdog": {
+            "restart_on_wedge": settings.restart_on_wedge,
+            "wedge_timeout_s": settings.wedge_timeout_s,
+            "restarts_in_window": len(recent),
+            "max_restarts": settings.max_restarts,
+            "window_h": window / 3600,
+            "gave_up": gave_up_at is not None,
+            "gave_up_at": iso_time(float(gave_up_at)) if gave_up_at is not None else None,
+            "gave_up_reason": breaker.get("gave_up_reason"),
+            "last_wedge": (live.get("watchdog") or {}).get("last_wedge"),
+        },
+        "alerts": list(live.get("alerts") or [])[-3:],
+    }
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The monitor's part of `sm120 status`, as text."""
+    lines = []
+    pid = summary.get("monitor_pid")
+    if pid:
+        now = ""
+        if summary.get("decode_tps") is not None:
+            now = (
+                f"; now prefill {summary.get('prefill_tps') or 0:,.1f}, "
+                f"decode {summary['decode_tps']:,.1f} tok/s"
+            )
+        lines.append(
+            f"  monitor   running (pid {pid}), {summary.get('activity') or 'starting'}{now}"
+        )
+    else:
+        lines.append("  monitor   not running")
+    peaks = summary.get("peaks")
+    if peaks:
+        lines.append(
+            f"  peaks     prefill {peaks['peak_prefill_tps']:,.1f} tok/s, decode "
+            f"{peaks['peak_decode_tps']:,.1f} tok/s, {peaks['peak_running']} running "
+            f"(updated {peaks['updated'] or '-'})"
+        )
+    watchdog = summary["watchdog"]
+    policy = "restarts on wedge" if watchdog["restart_on_wedge"] else "alerts only"
+    lines.append(
+        f"  watchdog  {policy}, {watchdog['restarts_in_window']}/{watchdog['max_restarts']} "
+        f"restarts in {watchdog['window_h']:g} h, wedge after {watchdog['wedge_timeout_s']:g} s"
+    )
+    if watchdog["gave_up"]:
+        lines.append(f"  GAVE UP   at {watchdog['gave_up_at']}: {watchdog['gave_up_reason']}")
+    if watchdog.get("last_wedge"):
+        lines.append(f"  wedge     diagnostics in {watchdog['last_wedge']}")
+    for alert in summary.get("alerts") or []:
+        lines.append(f"  alert     {alert['at']} {alert['kind']}: {alert['message']}")
+    return lines

@@ -1,0 +1,179 @@
+"""What the monitor watches: a deployment sm120 started (it can restart it), or only a URL
+(a compose service, where the container runtime owns the server)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from sm120.errors import SM120Error
+from sm120.lifecycle.find import runtime_for
+from sm120.lifecycle.secrets import read_api_key
+from sm120.monitor.capture import CapturedByMonitor, LogSource
+from sm120.monitor.files import MonitorFiles, load_launch_spec
+from sm120.runtime.base import ExitInfo
+from sm120.state import DeploymentState, load_state
+
+PORT_RELEASE_WAIT_S = 30.0
+
+
+class RestartFailed(SM120Error):
+    """The watchdog could not start the server again."""
+
+
+@dataclass(frozen=True)
+class ServerState:
+    running: bool
+    identity: str | None
+    """Changes when the server is started again (a new process group, a new container)."""
+    exit: ExitInfo | None = None
+
+
+class Target(Protocol):
+    @property
+    def base_url(self) -> str: ...
+
+    def api_key(self) -> str | None: ...
+
+    def server(self) -> ServerState: ...
+
+    def engine_pids(self) -> list[int]:
+        """Processes worth a py-spy dump (empty when they are out of reach)."""
+        ...
+
+    def can_restart(self) -> bool: ...
+
+    def restart(self, stop_timeout_s: float) -> None: ...
+
+    def gone(self) -> bool:
+        """The deployment was stopped or replaced: the monitor's job is over."""
+        ...
+
+    def captures_logs(self) -> bool:
+        """Whether the monitor must copy the server's output into serve.log itself."""
+        ...
+
+    def log_source(self) -> LogSource | None: ...
+
+
+class DeploymentTarget:
+    """A deployment in the state dir, through its runtime."""
+
+    def __init__(self, name: str, files: MonitorFiles) -> None:
+        self.name = name
+        self.files = files
+        state = load_state(name)
+        if state is None:
+            raise SM120Error(f"no deployment named '{name}'", "start one with 'sm120 launch' first")
+        self.state: DeploymentState = state
+        # Our own restarts change the state; anybody else's mean a new owner.
+        self._expected_group = state.supervisor_pid
+
+    @property
+    def base_url(self) -> str:
+        host = self.state.host
+        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"http://{reachable}:{self.state.port}"
+
+    def api_key(self) -> str | None:
+        return read_api_key(self.state.api_key_file)
+
+    def _refresh(self) -> DeploymentState | None:
+        state = load_state(self.name)
+        if state is not None:
+            self.state = state
+        return state
+
+    def gone(self) -> bool:
+        state = self._refresh()
+        return state is None or state.supervisor_pid != self._expected_group
+
+    def server(self) -> ServerState:
+        status = runtime_for(self.state).status(self.state)
+        identity = f"{self.state.runtime}:{self.state.supervisor_pid}"
+        return ServerState(running=status.running, identity=identity, exit=status.exit)
+
+    def engine_pids(self) -> list[int]:
+        if self.state.runtime != "native":
+            return []
+        from sm120.runtime.native import group_members
+
+        group = self.state.supervisor_pid
+        return sorted(pid for pid in group_members(group) if pid != group)
+
+    def can_restart(self) -> bool:
+        return self.files.launch_spec.is_file()
+
+    def captures_logs(self) -> bool:
+        # Native runs: the supervisor already writes serve.log.
+        return isinstance(runtime_for(self.state), CapturedByMonitor)
+
+    def log_source(self) -> LogSource | None:
+        runtime = runtime_for(self._refresh() or self.state)
+        return runtime.log_source(self.state) if isinstance(runtime, CapturedByMonitor) else None
+
+    def restart(self, stop_timeout_s: float) -> None:
+        spec = load_launch_spec(self.files.launch_spec, self.api_key())
+        if spec is None:
+            raise RestartFailed(f"no launch spec saved for {self.name}", "launch it again")
+        runtime = runtime_for(self.state)
+        runtime.stop(self.state, timeout=stop_timeout_s)
+        _wait_for_port(self.state.host, self.state.port)
+        new_state = runtime.start(spec, self.files.serve_log)
+        self.state = new_state
+        self._expected_group = new_state.supervisor_pid
+
+
+def _wait_for_port(host: str, port: int) -> None:
+    deadline = time.monotonic() + PORT_RELEASE_WAIT_S
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            try:
+                probe.bind((host if host not in ("", "::") else "0.0.0.0", port))
+                return
+            except OSError:
+                time.sleep(0.5)
+
+
+class UrlTarget:
+    """Only an address: health tells whether it runs; restarts are the runtime's business."""
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def api_key(self) -> str | None:
+        return self._api_key
+
+    def server(self) -> ServerState:
+        try:
+            httpx.get(f"{self._base_url}/health", timeout=5.0)
+        except httpx.HTTPError:
+            return ServerState(running=False, identity=None)
+        return ServerState(running=True, identity=None)
+
+    def engine_pids(self) -> list[int]:
+        return []
+
+    def can_restart(self) -> bool:
+        return False
+
+    def restart(self, stop_timeout_s: float) -> None:
+        raise RestartFailed("a server known only by its URL cannot be restarted from here")
+
+    def captures_logs(self) -> bool:
+        return False
+
+    def log_source(self) -> LogSource | None:
+        return None
+
+    def gone(self) -> bool:
+        return False

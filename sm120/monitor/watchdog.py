@@ -1,0 +1,159 @@
+"""Telling a wedged server (F22) from a busy or compiling one (F21), and bounding restarts
+(F26). Pure logic: the service feeds it scrapes and log lines, and acts on its verdicts.
+
+A wedge is requests in flight while every progress counter (generated tokens, prompt
+tokens, engine steps) stays frozen for `timeout_s`. Two things are not a wedge:
+- an idle server (nothing running, nothing to make progress on);
+- compile or warm-up work: the first request at a new prefill size bucket compiles kernels
+  for minutes on big models (F21). A compile or JIT line in the log opens a compile window
+  that lasts until the counters move again (bounded by `max_compile_s`).
+The shared-memory broadcast line (F22's signature) says a request is in flight even when
+the engine's gauges are stale, but alone it is not a wedge: startup and compiles print it
+too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sm120.monitor.metrics import MetricsSnapshot, progress_counters
+from sm120.phases import clean_line
+
+DEFAULT_WEDGE_TIMEOUT_S = 120.0
+DEFAULT_MAX_COMPILE_S = 1800.0
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_RESTART_WINDOW_S = 6 * 3600.0
+# The broadcast line repeats every 60 s while a step is stuck: this long after the last one
+# a request still counts as in flight.
+STALL_LINE_MEMORY_S = 90.0
+
+# Compile, JIT and warm-up work that legitimately freezes the counters (F21).
+WARMUP_SIGNALS = re.compile(
+    r"Starting torch\.compile|Compiling a graph for|Compiling graph for|torch\.compile takes"
+    r"|Dynamo bytecode transform|Cache the graph of compile range|Directly load the compiled"
+    r"|JIT kernel warmup|Capturing CUDA ?graphs|Capturing batches"
+    r"|(?i:\bautotun|flashinfer.*\b(?:jit|compil)|\b(?:nvcc|ptxas|ninja)\b"
+    r"|\bjit[- ]compil|compiling (?:kernel|module|cubin))"
+)
+# F22's signature (sm120/data/failures.yaml), matched on its own because it repeats.
+STALL_LINE = re.compile(r"No available shared memory broadcast block found in \d+ seconds?")
+
+
+class Activity(str, Enum):
+    idle = "idle"
+    serving = "serving"
+    compiling = "compiling"
+    stalled = "stalled"
+    """Frozen with requests in flight, not yet for the wedge timeout."""
+    wedged = "wedged"
+
+
+@dataclass
+class WedgeDetector:
+    timeout_s: float = DEFAULT_WEDGE_TIMEOUT_S
+    max_compile_s: float = DEFAULT_MAX_COMPILE_S
+    _counters: tuple[float | None, ...] | None = None
+    _last_progress: float | None = None
+    _compiling_since: float | None = None
+    _stall_line_at: float | None = None
+    _last_observed: float | None = None
+    _was_idle: bool = True
+
+    def note_line(self, line: str, now: float) -> None:
+        """Feed every log line that arrives once the server is ready."""
+        text = clean_line(line)
+        if STALL_LINE.search(text):
+            self._stall_line_at = now
+        elif self._compiling_since is None and WARMUP_SIGNALS.search(text):
+            self._compiling_since = now
+
+    def reset(self, now: float) -> None:
+        """A new server run (after a restart): nothing it did is frozen yet."""
+        self._counters = None
+        self._last_progress = now
+        self._compiling_since = None
+        self._stall_line_at = None
+        self._last_observed = None
+        self._was_idle = True
+
+    def frozen_for(self, now: float) -> float:
+        return 0.0 if self._last_progress is None else now - self._last_progress
+
+    def observe(self, snapshot: MetricsSnapshot, now: float) -> Activity:
+        previous_observation, self._last_observed = self._last_observed, now
+        counters = progress_counters(snapshot)
+        if counters != self._counters or self._last_progress is None:
+            self._counters = counters
+            self._last_progress = now
+            # Progress ends a compile window, but only one opened before the last look: a
+            # compile line from this same poll may belong to work that starts now.
+            if self._compiling_since is not None and (
+                previous_observation is None or self._compiling_since <= previous_observation
+            ):
+                self._compiling_since = None
+            busy = self._busy(snapshot, now)
+            self._was_idle = not busy
+            return Activity.serving if busy else Activity.idle
+        if not self._busy(snapshot, now):
+            # Idle is never frozen, and a compile only happens for a request.
+            self._last_progress = now
+            self._compiling_since = None
+            self._was_idle = True
+            return Activity.idle
+        if self._was_idle:
+            # Work first seen now: the request may have arrived just before this look.
+            self._was_idle = False
+            self._last_progress = now
+        compiling = self._compiling_since is not None and (
+            now - self._compiling_since < self.max_compile_s
+        )
+        if compiling:
+            self._last_progress = now
+            return Activity.compiling
+        if self.frozen_for(now) >= self.timeout_s:
+            return Activity.wedged
+        return Activity.stalled
+
+    def _busy(self, snapshot: MetricsSnapshot, now: float) -> bool:
+        if (snapshot.running or 0) > 0:
+            return True
+        return self._stall_line_at is not None and now - self._stall_line_at < STALL_LINE_MEMORY_S
+
+
+@dataclass
+class BreakerState:
+    """What watchdog.json holds: the restarts the watchdog made, and whether it gave up."""
+
+    restarts: list[float] = field(default_factory=list)
+    gave_up_at: float | None = None
+    gave_up_reason: str | None = None
+
+
+@dataclass
+class RestartBreaker:
+    """At most `limit` restarts in any `window_s`; the next wedge trips it for good (until
+    the user launches again), so a broken server cannot loop forever (F26)."""
+
+    limit: int = DEFAULT_MAX_RESTARTS
+    window_s: float = DEFAULT_RESTART_WINDOW_S
+    state: BreakerState = field(default_factory=BreakerState)
+
+    def recent(self, now: float) -> list[float]:
+        return [at for at in self.state.restarts if now - at < self.window_s]
+
+    def allows(self, now: float) -> bool:
+        return self.state.gave_up_at is None and len(self.recent(now)) < self.limit
+
+    def record_restart(self, now: float) -> None:
+        # Only the window matters: drop older entries so the file stays small.
+        self.state.restarts = [*self.recent(now), now]
+
+    def give_up(self, now: float, reason: str) -> None:
+        self.state.gave_up_at = now
+        self.state.gave_up_reason = reason
+
+    @property
+    def gave_up(self) -> bool:
+        return self.state.gave_up_at is not None

@@ -1,0 +1,402 @@
+"""The monitor's poll loop, driven step by step against a scripted /health + /metrics server
+and a stand-in target (what the real runtime does is covered by the integration tests)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120.monitor.files import MonitorFiles, MonitorSettings
+from sm120.monitor.service import MonitorService
+from sm120.monitor.summary import monitor_summary, summary_lines
+from sm120.monitor.target import ServerState
+from sm120.runtime.base import ExitInfo
+
+
+class ScriptedServer:
+    """Answers /health with `health` and /metrics from the counters set on it."""
+
+    def __init__(self) -> None:
+        self.health = 200
+        self.running = 0.0
+        self.generation = 0.0
+        self.prompt = 0.0
+        self.started = 1000.0
+        self.authorizations: list[str | None] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def metrics_text(self) -> str:
+        labels = '{engine="0",model_name="m"}'
+        return (
+            f"process_start_time_seconds {self.started}\n"
+            f"vllm:num_requests_running{labels} {self.running}\n"
+            f"vllm:num_requests_waiting{labels} 0.0\n"
+            f"vllm:kv_cache_usage_perc{labels} 0.125\n"
+            f"vllm:prompt_tokens_total{labels} {self.prompt}\n"
+            f"vllm:generation_tokens_total{labels} {self.generation}\n"
+            f"vllm:iteration_tokens_total_count{labels} {self.generation}\n"
+        )
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn does
+
+            def do_GET(self) -> None:
+                server.authorizations.append(self.headers.get("Authorization"))
+                if self.path == "/health":
+                    body, status = b"", server.health
+                else:
+                    body, status = server.metrics_text().encode(), 200
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        return Handler
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class StandInTarget:
+    def __init__(self, server: ScriptedServer, restartable: bool = True) -> None:
+        self.server_ = server
+        self.running = True
+        self.exit: ExitInfo | None = None
+        self.generation_id = 1
+        self.restarts = 0
+        self.restartable = restartable
+
+    @property
+    def base_url(self) -> str:
+        return self.server_.url
+
+    def api_key(self) -> str | None:
+        return "secret-key"
+
+    def server(self) -> ServerState:
+        return ServerState(self.running, f"native:{self.generation_id}", self.exit)
+
+    def engine_pids(self) -> list[int]:
+        return []
+
+    def can_restart(self) -> bool:
+        return self.restartable
+
+    def restart(self, stop_timeout_s: float) -> None:
+        self.restarts += 1
+        self.generation_id += 1
+        # The new server starts from zero and has nothing running yet.
+        self.server_.started += 100
+        self.server_.generation = self.server_.prompt = self.server_.running = 0.0
+
+    def gone(self) -> bool:
+        return False
+
+    def captures_logs(self) -> bool:
+        return False
+
+    def log_source(self) -> Any:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
+    yield server
+    server.close()
+
+
+def make(
+    tmp_path: Path, server: ScriptedServer, **settings: Any
+) -> tuple[MonitorService, StandInTarget, Clock, list[str]]:
+    files = MonitorFiles(tmp_path / "deployment")
+    files.make_dirs()
+    said: list[str] = []
+    target = StandInTarget(server, restartable=settings.pop("restartable", True))
+    clock = Clock()
+    defaults: dict[str, Any] = {"poll_s": 1.0, "wedge_timeout_s": 10.0, "image": "img"}
+    config = MonitorSettings(**{**defaults, **settings})
+    config.save(files.settings)
+    service = MonitorService(target, files, config, clock=clock, say=said.append)
+    return service, target, clock, said
+
+
+def kinds(service: MonitorService) -> list[str]:
+    return [alert.kind for alert in service.alerts]
+
+
+def test_rates_peaks_history_and_the_api_key(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, _target, clock, _ = make(tmp_path, scripted)
+    service.step()
+    scripted.running, scripted.generation, scripted.prompt = 1.0, 300.0, 1000.0
+    clock.now += 5
+    service.step()
+    live = json.loads(service.files.live.read_text())
+    assert live["activity"] == "serving" and live["phase"] == "ready"
+    assert live["kv_usage_pct"] == 12.5
+    assert service.rates is not None
+    peaks = json.loads(service.files.peak.read_text())
+    assert peaks["peak_running"] == 1 and peaks["image"] == "img"
+    assert peaks["peak_decode_tps"] > 0
+    history = service.files.history.read_text().splitlines()
+    assert len(history) == 2
+    assert set(scripted.authorizations) == {"Bearer secret-key"}
+
+
+def test_polling_leaves_the_port_free_when_the_server_dies(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    """A relaunch on the same port must not find it held by the monitor's connection."""
+    import socket
+
+    service, _target, clock, _ = make(tmp_path, scripted)
+    for _ in range(3):
+        service.step()
+        clock.now += 1
+    port = int(scripted.url.rsplit(":", 1)[1])
+    scripted.close()  # the server dies while the monitor is between polls
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))
+
+
+def test_a_restarted_server_does_not_make_a_fake_peak(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, _target, clock, _ = make(tmp_path, scripted)
+    scripted.generation = 100.0
+    service.step()
+    clock.now += 1
+    service.step()
+    # The server restarted between two polls and already did a lot of work: no rate from it.
+    scripted.started += 50
+    scripted.generation = 50_000.0
+    clock.now += 1
+    service.step()
+    assert service.rates is not None and service.rates.restarted
+    assert json.loads(service.files.peak.read_text())["peak_decode_tps"] < 1000
+
+
+def test_a_dead_server_is_reported_once_and_ends_the_monitor(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, said = make(tmp_path, scripted, dead_grace_s=30.0)
+    service.step()
+    target.running = False
+    target.exit = ExitInfo(returncode=None, signal=9, ended_at=0.0)
+    for _ in range(3):
+        clock.now += 10
+        service.step()
+    assert kinds(service) == ["died"]
+    assert service.alerts[0].message == "the server killed by SIGKILL"
+    assert not service.finished
+    clock.now += 10
+    service.step()
+    assert service.finished
+    assert json.loads(service.files.live.read_text())["exit"] == "killed by SIGKILL"
+    assert any("died: the server killed by SIGKILL" in line for line in said)
+
+
+def test_health_503_is_an_alert_per_episode(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, _target, clock, _ = make(tmp_path, scripted)
+    scripted.health = 503
+    for _ in range(3):
+        clock.now += 1
+        service.step()
+    scripted.health = 200
+    service.step()
+    scripted.health = 503
+    service.step()
+    assert kinds(service) == ["health", "health"]
+    assert service.alerts[0].message.startswith("/health answers 503")
+
+
+def wedge(service: MonitorService, scripted: ScriptedServer, clock: Clock) -> None:
+    """Requests running, tokens frozen, for longer than the wedge timeout."""
+    scripted.running = 1.0
+    scripted.generation += 7
+    service.step()
+    for _ in range(12):
+        clock.now += 1
+        service.step()
+
+
+def test_wedge_without_restart_captures_diagnostics_once(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, restart_on_wedge=False)
+    service.files.serve_log.write_text("an engine line\n")
+    service.step()
+    wedge(service, scripted, clock)
+    assert kinds(service) == ["wedge", "wedge"]
+    assert service.alerts[1].message == (
+        "not restarting: the recipe's monitor.restart_on_wedge is off"
+    )
+    assert target.restarts == 0
+    captures = list(service.files.diagnostics.glob("wedge-*"))
+    assert len(captures) == 1  # once per wedge, not once per poll
+    capture = captures[0]
+    assert (capture / "log_tail.txt").read_text() == "an engine line\n"
+    assert "vllm:generation_tokens_total" in (capture / "metrics.txt").read_text()
+    summary = json.loads((capture / "summary.json").read_text())
+    assert summary["running"] == 1 and summary["frozen_for_s"] >= 10
+
+
+def test_wedges_restart_until_the_breaker_gives_up(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, restart_on_wedge=True, max_restarts=1)
+    service.step()
+    wedge(service, scripted, clock)
+    assert target.restarts == 1
+    assert kinds(service) == ["wedge", "restart"]
+    assert service.alerts[1].message == "restarting the server (watchdog restart 1 of 1)"
+    wedge(service, scripted, clock)
+    assert target.restarts == 1  # the breaker held
+    assert kinds(service)[-2:] == ["wedge", "gave_up"]
+    assert service.alerts[-1].message == (
+        "gave up: 1 watchdog restarts in the last 6 h (limit 1); not restarting again (F26)"
+    )
+    marker = json.loads(service.files.watchdog.read_text())
+    assert clock.now - 5 <= marker["gave_up_at"] <= clock.now
+    assert len(marker["restarts"]) == 1
+    summary = monitor_summary(service.files)
+    assert summary["watchdog"]["gave_up"] is True
+    text = "\n".join(summary_lines(summary))
+    assert "GAVE UP   at " in text and "not restarting again (F26)" in text
+
+
+def test_a_target_that_cannot_restart_only_alerts(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, restart_on_wedge=True, restartable=False)
+    service.step()
+    wedge(service, scripted, clock)
+    assert target.restarts == 0
+    assert service.alerts[-1].message == "not restarting: this monitor cannot restart the server"
+
+
+def test_compiling_is_not_a_wedge(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, restart_on_wedge=True)
+    service.step()
+    clock.now += 1
+    with service.files.serve_log.open("a") as log:
+        log.write("(EngineCore pid=7) INFO [monitor.py:40] Starting torch.compile\n")
+    wedge(service, scripted, clock)
+    assert service.activity == "compiling"
+    assert kinds(service) == [] and target.restarts == 0
+
+
+def test_restart_loop_is_reported(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, target, clock, _ = make(tmp_path, scripted)
+    service.step()
+    for _ in range(3):
+        target.generation_id += 1  # something else keeps starting the server again
+        clock.now += 60
+        service.step()
+    assert kinds(service) == ["restart_loop"]
+    assert service.alerts[0].message == ("restart loop: the server started 3 times in 15 min (F26)")
+
+
+def test_catalogue_failures_in_the_log_are_alerts(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, _target, _clock, _ = make(tmp_path, scripted)
+    service.files.serve_log.write_text(
+        "(EngineCore pid=9) ERROR ValueError: Unknown attention backend: 'TRITON'. "
+        "Valid options are: FLASH_ATTN, TRITON_ATTN\n"
+    )
+    service.step()
+    assert kinds(service) == ["failure"]
+    assert service.alerts[0].message.startswith("F02 ")
+
+
+def test_a_restart_that_never_gets_ready_is_reported(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(
+        tmp_path, scripted, restart_on_wedge=True, ready_timeout_s=30.0
+    )
+    restart = target.restart
+
+    def restart_unhealthy(stop_timeout_s: float) -> None:
+        restart(stop_timeout_s)
+        scripted.health = 500  # the new server answers, but never becomes healthy
+
+    target.restart = restart_unhealthy  # type: ignore[method-assign]
+    service.step()
+    wedge(service, scripted, clock)
+    assert target.restarts == 1
+    for _ in range(40):
+        clock.now += 1
+        service.step()
+    assert kinds(service)[-1] == "not_ready"
+    assert service.alerts[-1].message == "the restarted server is not ready after 31 s"
+
+
+class ContainerLikeTarget(StandInTarget):
+    """A runtime whose output the monitor copies (as a container runtime's will be)."""
+
+    def __init__(self, server: ScriptedServer, streams: list[Any]) -> None:
+        super().__init__(server)
+        self.streams = streams
+
+    def captures_logs(self) -> bool:
+        return True
+
+    def log_source(self) -> Any:
+        return self.streams.pop(0) if self.streams else None
+
+
+def test_the_monitor_hosts_the_capture_for_container_like_runtimes(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    from sm120.monitor.capture import LogChunk
+    from sm120.monitor.process import start_log_capture
+
+    class Stream:
+        identity = "container:abc"
+
+        def __init__(self, lines: list[bytes]) -> None:
+            self.lines = lines
+
+        def read(self, after: str | None) -> Iterator[LogChunk]:
+            start = int(after) if after else 0
+            for index in range(start, len(self.lines)):
+                yield LogChunk(self.lines[index] + b"\n", str(index + 1))
+
+    files = MonitorFiles(tmp_path / "deployment")
+    files.make_dirs()
+    target = ContainerLikeTarget(
+        scripted, [Stream([b"boot", b"ready"]), Stream([b"boot", b"ready", b"after restart"])]
+    )
+    stop = threading.Event()
+    thread = start_log_capture(target, files, stop)
+    assert thread is not None
+    deadline = time.monotonic() + 10
+    while files.serve_log.read_bytes().count(b"\n") < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    thread.join(10)
+    assert files.serve_log.read_bytes() == b"boot\nready\nafter restart\n"
+    assert start_log_capture(StandInTarget(scripted), files, stop) is None  # native: supervisor
