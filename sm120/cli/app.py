@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from sm120 import __version__
-from sm120.cli import chat, engine, launch, manage, recipes, validate
+from sm120.cli import bench, chat, engine, evaluate, gates, launch, manage, recipes, validate
 
 app = typer.Typer(
     name="sm120",
@@ -38,6 +38,9 @@ chat.register(app)
 manage.register(app)
 app.add_typer(engine.app, name="engine")
 validate.register(app)
+bench.register(app)
+gates.register(app)
+evaluate.register(app)
 
 
 def main() -> None:

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120.checks import CheckedPlan
+from sm120.checks import CheckedPlan, plan_document
 from sm120.client import ServerClient, smoke_test
 from sm120.errors import SM120Error
 from sm120.lifecycle.ports import ensure_port_free
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.measure.target import save_plan
 from sm120.phases import PhaseUpdate
 from sm120.plan import LaunchPlan
 from sm120.render.argv import render_argv
@@ -137,6 +138,8 @@ def launch(
     python = _engine_python(plan, options, progress)
     _model_ready(plan, python, progress)
     spec = start_spec(plan, options, python)
+    # Bench and gates read the plan later (image, baseline, limits) from the state dir.
+    save_plan(options.name, plan_document(checked))
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")  # a fresh log per launch; the monitor keeps history elsewhere
