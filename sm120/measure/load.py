@@ -83,8 +83,9 @@ class LoadResult:
 
     @property
     def per_request_tps(self) -> float | None:
+        """1 / mean time per output token: vLLM's mean TPOT, inverted, for comparison."""
         rates = [r.decode_tps for r in self.completed if r.decode_tps]
-        return statistics.fmean(rates) if rates else None
+        return 1.0 / statistics.fmean(1.0 / rate for rate in rates) if rates else None
 
     @property
     def mean_ttft_s(self) -> float | None:
@@ -93,8 +94,12 @@ class LoadResult:
 
     @property
     def prefill_tps(self) -> float | None:
-        rates = [r.prefill_tps for r in self.completed if r.prefill_tps]
-        return statistics.fmean(rates) if rates else None
+        """Mean prompt length over mean TTFT: how `vllm bench serve` figures are read too."""
+        timed = [r for r in self.completed if r.prompt_tokens and r.ttft_s]
+        if not timed:
+            return None
+        tokens = statistics.fmean(r.prompt_tokens or 0 for r in timed)
+        return tokens / statistics.fmean(r.ttft_s or 0.0 for r in timed)
 
     @property
     def first_error(self) -> str | None:
