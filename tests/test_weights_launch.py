@@ -47,9 +47,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[CheckedPlan]:
     """Records the plan launch would serve instead of starting an engine."""
     plans: list[CheckedPlan] = []
 
-    def serve(
-        checked: CheckedPlan, options: object, *, runtime: str = "native", foreground: bool
-    ) -> int:
+    def serve(checked: CheckedPlan, options: object, **_: object) -> int:
         plans.append(checked)
         return 0
 

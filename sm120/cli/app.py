@@ -7,9 +7,12 @@ import typer
 
 from sm120 import __version__
 from sm120.cli import (
+    bench,
     chat,
     doctor,
     engine,
+    evaluate,
+    gates,
     images,
     launch,
     manage,
@@ -55,6 +58,9 @@ images.register(app)
 doctor.register(app)
 plan_cmd.register(app)
 weights.register(app)
+bench.register(app)
+gates.register(app)
+evaluate.register(app)
 
 
 def main() -> None:

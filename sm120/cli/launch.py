@@ -15,6 +15,7 @@ from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
     from sm120.checks import CheckedPlan
+    from sm120.cli.serving import GateRequest
     from sm120.plan import LaunchPlan as PlanT
     from sm120.plan import PlanRequest
 
@@ -89,11 +90,21 @@ def launch(
     no_monitor: bool = typer.Option(
         False, "--no-monitor", help="Do not start the monitor (peaks, watchdog) after READY."
     ),
+    gate: list[str] = typer.Option(
+        [], "--gate", help="Gate suite(s) to pass before READY, e.g. core (see 'sm120 test')."
+    ),
+    keep_on_fail: bool = typer.Option(
+        False, "--keep-on-fail", help="With --gate: keep the server running when it fails."
+    ),
+    gate_max_tokens: int | None = typer.Option(
+        None, "--gate-max-tokens", help="With --gate: cap each answer (default: no cap)."
+    ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
     from sm120.checks import checked_plan, plan_document
     from sm120.hardware import declared
 
+    gate_request = _gate_request(gate, keep_on_fail, gate_max_tokens)
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
     hardware = declared(gpus, arch)
     if hardware is None and not dry_run:
@@ -137,7 +148,9 @@ def launch(
         docker_network=network,
         monitor=not no_monitor,
     )
-    raise typer.Exit(serve(checked, options, runtime=runtime, foreground=foreground))
+    raise typer.Exit(
+        serve(checked, options, runtime=runtime, foreground=foreground, gate=gate_request)
+    )
 
 
 RUNTIMES = ("native", "docker")
@@ -201,6 +214,29 @@ def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> 
 
 def _progress_line(line: str) -> None:
     typer.echo(line, err=True)
+
+
+def _gate_request(
+    gate: list[str], keep_on_fail: bool, max_tokens: int | None
+) -> GateRequest | None:
+    """Checked before anything starts: a typo in a suite name must not cost a model load."""
+    from sm120.cli.gates import split_suites
+    from sm120.cli.serving import GateRequest
+    from sm120.errors import SM120Error
+    from sm120.measure.cases import builtin_gates, select
+
+    if not gate:
+        if keep_on_fail or max_tokens is not None:
+            raise SM120Error("--keep-on-fail and --gate-max-tokens need --gate", "e.g. --gate core")
+        return None
+    suites = split_suites(gate)
+    for suite in suites:
+        select(builtin_gates(), suite)
+    if max_tokens is not None and max_tokens < 1:
+        raise SM120Error(
+            f"--gate-max-tokens must be 1 or more, got {max_tokens}", "or leave it out"
+        )
+    return GateRequest(tuple(suites), keep_on_fail, max_tokens)
 
 
 def _ask(question: str) -> bool:

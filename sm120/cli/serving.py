@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass
 
 from rich.console import Console
 
@@ -23,8 +24,22 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+@dataclass(frozen=True)
+class GateRequest:
+    """`launch --gate`: suites to pass before READY is announced."""
+
+    suites: tuple[str, ...]
+    keep_on_fail: bool = False
+    max_tokens: int | None = None
+
+
 def serve(
-    checked: CheckedPlan, options: LaunchOptions, *, runtime: str = "native", foreground: bool
+    checked: CheckedPlan,
+    options: LaunchOptions,
+    *,
+    runtime: str = "native",
+    foreground: bool,
+    gate: GateRequest | None = None,
 ) -> int:
     engine_runtime = _runtime(runtime)
     plan = checked.plan
@@ -45,7 +60,12 @@ def serve(
     except SM120Error as exc:
         report(exc)
         return 2
+    gate_code = run_launch_gate(ready, engine_runtime, gate) if gate else 0
+    if gate_code and not (gate and gate.keep_on_fail):
+        return gate_code
     banner(ready)
+    if gate_code:
+        return gate_code
     if foreground:
         return _follow_until_interrupted(ready, engine_runtime)
     return 0
@@ -57,6 +77,55 @@ def _runtime(kind: str) -> Runtime:
 
         return DockerRuntime()
     return NativeRuntime()
+
+
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
+    """0 when every case passed; else 1, with the server stopped unless keep_on_fail."""
+    from sm120.cli.gates import chosen_cases, run_gate_suites
+    from sm120.measure.gate_report import known_failure_lines, summary_line
+    from sm120.measure.gates import GateOptions
+    from sm120.measure.target import target_for_deployment
+
+    suites = ", ".join(gate.suites)
+    sys.stderr.write(f"gate: running {suites} before announcing READY\n")
+    failure: str | None = None
+    try:
+        target = target_for_deployment(ready.state.name)
+        reports = run_gate_suites(
+            target,
+            chosen_cases(list(gate.suites)),
+            GateOptions(max_tokens=gate.max_tokens),
+            echo=_to_stderr,
+        )
+    except SM120Error as exc:
+        failure = f"the {suites} gate could not run: {exc.one_line()}"
+    else:
+        for report in reports:
+            sys.stderr.write(summary_line(report) + "\n")
+            for line in known_failure_lines(report):
+                sys.stderr.write(f"  {line}\n")
+        failed = [r for r in reports if r["failed"]]
+        if failed:
+            counts = ", ".join(
+                f"{r['suite']} {r['failed']} of {r['failed'] + r['passed']}" for r in failed
+            )
+            failure = f"the gate failed ({counts} cases failed)"
+    if failure is None:
+        return 0
+    if gate.keep_on_fail:
+        sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
+        return 1
+    runtime.stop(ready.state, timeout=30.0)
+    clear_state(ready.state.name)
+    sys.stderr.write(
+        f"Error: {failure}; the server was stopped (hint: the failed cases are listed above; "
+        "--keep-on-fail keeps it running to investigate)\n"
+    )
+    return 1
 
 
 def banner(ready: Ready) -> None:

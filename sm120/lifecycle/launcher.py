@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120.checks import CheckedPlan
+from sm120.checks import CheckedPlan, plan_document
 from sm120.client import ServerClient, smoke_test
 from sm120.errors import SM120Error
 from sm120.lifecycle.ports import ensure_port_free
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.measure.target import save_plan
 from sm120.monitor.capture import start_fresh_log
 from sm120.phases import PhaseUpdate
 from sm120.plan import LaunchPlan
@@ -190,6 +191,8 @@ def launch(
     refuse_or_replace(runtime, options, progress)
     ensure_port_free(plan.host, plan.port)
     spec = _prepare(plan, runtime, options, progress)
+    # Bench and gates read the plan later (image, baseline, limits) from the state dir.
+    save_plan(options.name, plan_document(checked))
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
     # A fresh log per launch; earlier runs stay in the rotated backups.
     start_fresh_log(log_path)

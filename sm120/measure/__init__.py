@@ -1,0 +1,1 @@
+"""Measuring a running deployment: throughput benchmarks, correctness gates, evaluations."""

@@ -1,0 +1,396 @@
+"""`sm120 bench`: decode, prefill and concurrency figures for a running deployment.
+
+Which tool measures what (`--tool auto`):
+  decode and the concurrency sweep  -> `vllm bench serve` in the engine's environment, the
+                                       well-kept tool, when it can run there; else ours
+  TTFT / prefill at each length     -> ours: exact prompt lengths in server token ids and a
+                                       streamed TTFT per request
+  speculative-decoding acceptance   -> the server's /metrics counters, before and after
+Every figure in the report names the tool that produced it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sm120.errors import SM120Error
+from sm120.measure import metrics
+from sm120.measure.load import LoadResult, Prompt, TokenPool, run_load, text_prompts
+from sm120.measure.target import Target
+from sm120.measure.text import vocabulary_sample
+from sm120.measure.vllm_bench import (
+    TOOL_NAME,
+    BenchToolError,
+    EngineExec,
+    ServeFigures,
+    ServeRun,
+    engine_exec_for,
+    parse_serve_result,
+    run_serve_benchmarks,
+)
+
+OURS = "sm120"
+OURS_HOW = "httpx, streamed /v1/completions, exact token-id prompts"
+METRICS = "/metrics counters"
+STANDARD_LENGTHS = (1024, 8192, 32768, 65536)
+DECODE_PROMPT_TOKENS = 64
+PREFILL_OUTPUT_TOKENS = 8
+SWEEP_PROMPT_TOKENS = 512
+SWEEP_OUTPUT_TOKENS = 128
+
+Mode = Literal["quick", "default", "sweep"]
+Tool = Literal["auto", "vllm", "ours"]
+Progress = Callable[[str], None]
+
+
+class BenchError(SM120Error):
+    """The benchmark cannot run as asked."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    mode: Mode = "default"
+    tool: Tool = "auto"
+    lengths: tuple[int, ...] | None = None
+    concurrency: tuple[int, ...] | None = None
+    decode_tokens: int | None = None
+    requests: int | None = None
+    """Measured requests per prompt length / per decode run (sweeps scale with the level)."""
+    vllm_python: str | None = None
+
+
+@dataclass(frozen=True)
+class BenchSteps:
+    """What will be measured, after the plan's limits were applied."""
+
+    decode_tokens: int
+    decode_requests: int
+    lengths: tuple[int, ...]
+    length_requests: int
+    levels: tuple[int, ...]
+    level_prompt_tokens: int
+    level_output_tokens: int
+    notes: tuple[str, ...] = ()
+
+    def requests_at(self, level: int) -> int:
+        return max(4, 2 * level)
+
+
+def _mode_defaults(mode: Mode) -> tuple[int, int, int]:
+    """(decode tokens, requests per point, highest default concurrency)."""
+    if mode == "quick":
+        return 128, 2, 1
+    if mode == "sweep":
+        return 256, 3, 0  # 0: up to what the server admits
+    return 256, 3, 4
+
+
+def plan_steps(options: BenchOptions, target: Target) -> BenchSteps:
+    decode_tokens, per_point, top_level = _mode_defaults(options.mode)
+    decode_tokens = options.decode_tokens or decode_tokens
+    per_point = options.requests or per_point
+    limit = target.max_model_len
+    notes: list[str] = []
+    if limit is not None and DECODE_PROMPT_TOKENS + decode_tokens > limit:
+        decode_tokens = limit - DECODE_PROMPT_TOKENS
+        notes.append(f"decode capped at {decode_tokens} tokens by max-model-len {limit}")
+    lengths = _lengths(options, limit, notes)
+    levels = _levels(options, target, top_level)
+    prompt_tokens = SWEEP_PROMPT_TOKENS
+    if limit is not None and prompt_tokens + SWEEP_OUTPUT_TOKENS > limit:
+        prompt_tokens = max(16, limit - SWEEP_OUTPUT_TOKENS - 8)
+    return BenchSteps(
+        decode_tokens=decode_tokens,
+        decode_requests=per_point,
+        lengths=lengths,
+        length_requests=per_point,
+        levels=levels,
+        level_prompt_tokens=prompt_tokens,
+        level_output_tokens=SWEEP_OUTPUT_TOKENS,
+        notes=tuple(notes),
+    )
+
+
+def _lengths(options: BenchOptions, limit: int | None, notes: list[str]) -> tuple[int, ...]:
+    room = None if limit is None else limit - PREFILL_OUTPUT_TOKENS - 8
+    if options.lengths:
+        too_long = [n for n in options.lengths if room is not None and n > room]
+        if too_long:
+            raise BenchError(
+                f"prompt length {too_long[0]} does not fit max-model-len {limit}",
+                f"use --lengths up to {room}",
+            )
+        return tuple(options.lengths)
+    wanted = STANDARD_LENGTHS[:1] if options.mode == "quick" else STANDARD_LENGTHS
+    fitting = tuple(n for n in wanted if room is None or n <= room)
+    if room is not None and len(fitting) < len(wanted):
+        longest = room if room < 1024 else room // 256 * 256
+        notes.append(f"prompt lengths capped at {longest} by max-model-len {limit}")
+        fitting = (*fitting, longest) if longest not in fitting else fitting
+    return fitting
+
+
+def _levels(options: BenchOptions, target: Target, top: int) -> tuple[int, ...]:
+    if options.concurrency:
+        return tuple(options.concurrency)
+    if options.mode == "quick":
+        return ()
+    admitted = target.max_num_seqs or 64
+    ceiling = min(top, admitted) if top else admitted
+    levels, level = [], 1
+    while level <= ceiling:
+        levels.append(level)
+        level *= 2
+    if options.mode == "sweep" and levels and levels[-1] < admitted:
+        levels.append(admitted)
+    return tuple(levels)
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchRun:
+    target: Target
+    options: BenchOptions
+    steps: BenchSteps
+    progress: Progress
+    result_dir: Path
+    report: dict[str, Any] = field(default_factory=dict)
+    _pool: TokenPool | None = None
+    _seed: int = 0
+
+    def prompts(self, length: int, count: int) -> list[Prompt]:
+        self._seed += 1
+        if self._pool is None:
+            return text_prompts(length, count, seed=self._seed)
+        return self._pool.prompts(length, count)
+
+
+def run_bench(
+    target: Target, options: BenchOptions, progress: Progress, result_dir: Path
+) -> dict[str, Any]:
+    steps = plan_steps(options, target)
+    run = BenchRun(target, options, steps, progress, result_dir)
+    run.report = _header(target, options, steps)
+    executor = _vllm_executor(run)
+    with target.wire(timeout=600.0) as wire:
+        before = metrics.parse_counters(wire.metrics_text() or "")
+        ids = wire.tokenize(target.model, prompt=vocabulary_sample())
+    if ids and len(set(ids)) >= 8:
+        run._pool = TokenPool(ids, seed=int(time.time()))
+    else:
+        run.report["notes"].append("no /tokenize: prompt lengths are approximate (text)")
+    vllm_figures = _run_vllm(run, executor) if executor is not None else {}
+    _decode(run, vllm_figures)
+    _prefill(run, vllm_figures)
+    _concurrency(run, vllm_figures)
+    with target.wire(timeout=60.0) as wire:
+        after = metrics.parse_counters(wire.metrics_text() or "")
+    spec = metrics.spec_decode(metrics.difference(before, after))
+    run.report["spec_decode"] = None if spec is None else {**spec.as_dict(), "tool": METRICS}
+    figures = [run.report["decode"] or {}, *run.report["prefill"], *run.report["concurrency"]]
+    if any(figure.get("tool") == OURS for figure in figures):
+        run.report["tools"][OURS] = OURS_HOW
+    return run.report
+
+
+def _header(target: Target, options: BenchOptions, steps: BenchSteps) -> dict[str, Any]:
+    return {
+        "deployment": target.name,
+        "recipe": target.recipe,
+        "image": target.image,
+        "plan_hash": target.plan_hash,
+        "key": target.history_key,
+        "model": target.model,
+        "endpoint": f"{target.base_url}/v1",
+        "max_model_len": target.max_model_len,
+        "mode": options.mode,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "tools": {},
+        "notes": list(steps.notes),
+        "decode": None,
+        "prefill": [],
+        "concurrency": [],
+    }
+
+
+def _vllm_executor(run: BenchRun) -> EngineExec | None:
+    if run.options.tool == "ours":
+        run.report["tools"][TOOL_NAME] = "not used (--tool ours)"
+        return None
+    try:
+        executor = engine_exec_for(run.target, run.options.vllm_python)
+    except BenchToolError as exc:
+        if run.options.tool == "vllm":
+            raise
+        run.report["tools"][TOOL_NAME] = f"unavailable: {exc.message}"
+        return None
+    run.report["tools"][TOOL_NAME] = executor.description
+    return executor
+
+
+def _vllm_runs(run: BenchRun) -> list[ServeRun]:
+    steps, seed = run.steps, int(time.time()) % 100_000
+    runs = [
+        ServeRun(
+            "decode", DECODE_PROMPT_TOKENS, steps.decode_tokens, steps.decode_requests, 1, seed
+        )
+    ]
+    if run.options.tool == "vllm":
+        for length in steps.lengths:
+            # A separate warm-up run: vLLM's own warm-up repeats the first prompt, which
+            # would make the measured first request a prefix-cache hit.
+            runs.append(
+                ServeRun(f"warmup-{length}", length, PREFILL_OUTPUT_TOKENS, 1, 1, seed + length)
+            )
+            runs.append(
+                ServeRun(
+                    f"prefill-{length}",
+                    length,
+                    PREFILL_OUTPUT_TOKENS,
+                    steps.length_requests,
+                    1,
+                    seed + 2 * length + 1,
+                )
+            )
+    for level in steps.levels:
+        runs.append(
+            ServeRun(
+                f"c{level}",
+                steps.level_prompt_tokens,
+                steps.level_output_tokens,
+                steps.requests_at(level),
+                level,
+                seed + 7 * level + 3,
+            )
+        )
+    return runs
+
+
+def _run_vllm(run: BenchRun, executor: EngineExec) -> dict[str, ServeFigures]:
+    runs = _vllm_runs(run)
+    run.progress(f"{TOOL_NAME}: {len(runs)} runs in one process ({executor.description})")
+    try:
+        documents = run_serve_benchmarks(
+            runs, run.target, executor, run.result_dir, on_line=lambda line: run.progress(line)
+        )
+    except BenchToolError as exc:
+        if run.options.tool == "vllm":
+            raise
+        run.report["tools"][TOOL_NAME] = f"failed, measured with sm120 instead: {exc.message}"
+        return {}
+    return {r.label: parse_serve_result(doc) for r, doc in zip(runs, documents, strict=True)}
+
+
+def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
+    steps = run.steps
+    figures = vllm.get("decode")
+    if figures is not None:
+        run.report["decode"] = {
+            "tps": figures.decode_tps,
+            "output_tokens": steps.decode_tokens,
+            "requests": figures.completed,
+            "failed": figures.failed,
+            "tool": TOOL_NAME,
+        }
+        return
+    run.progress(f"decode: {steps.decode_requests} x {steps.decode_tokens} tokens")
+    prompts = run.prompts(DECODE_PROMPT_TOKENS, steps.decode_requests)
+    result = _load(run, prompts, steps.decode_tokens, 1)
+    run.report["decode"] = {
+        "tps": result.per_request_tps,
+        "output_tokens": steps.decode_tokens,
+        "requests": len(result.completed),
+        "failed": result.failed,
+        "tool": OURS,
+        **_error_of(result),
+    }
+
+
+def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
+    steps = run.steps
+    for length in steps.lengths:
+        figures = vllm.get(f"prefill-{length}")
+        if figures is not None:
+            run.report["prefill"].append(
+                {
+                    "prompt_tokens": length,
+                    "ttft_s": (figures.mean_ttft_ms or 0.0) / 1000.0 or None,
+                    "prefill_tps": figures.prefill_tps,
+                    "requests": figures.completed,
+                    "failed": figures.failed,
+                    "tool": TOOL_NAME,
+                }
+            )
+            continue
+        run.progress(f"prefill: {length} tokens (1 warm-up + {steps.length_requests})")
+        _load(run, run.prompts(length, 1), PREFILL_OUTPUT_TOKENS, 1)  # compile / warm this size
+        result = _load(run, run.prompts(length, steps.length_requests), PREFILL_OUTPUT_TOKENS, 1)
+        run.report["prefill"].append(
+            {
+                "prompt_tokens": length,
+                "ttft_s": result.mean_ttft_s,
+                "prefill_tps": result.prefill_tps,
+                "requests": len(result.completed),
+                "failed": result.failed,
+                "tool": OURS,
+                **_error_of(result),
+            }
+        )
+
+
+def _concurrency(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
+    steps = run.steps
+    for level in steps.levels:
+        figures = vllm.get(f"c{level}")
+        if figures is not None:
+            run.report["concurrency"].append(
+                {
+                    "concurrency": level,
+                    "aggregate_tps": figures.output_throughput,
+                    "per_request_tps": figures.decode_tps,
+                    "mean_ttft_s": (figures.mean_ttft_ms or 0.0) / 1000.0 or None,
+                    "requests": figures.completed,
+                    "failed": figures.failed,
+                    "tool": TOOL_NAME,
+                }
+            )
+            continue
+        count = steps.requests_at(level)
+        run.progress(f"concurrency {level}: {count} requests")
+        prompts = run.prompts(steps.level_prompt_tokens, count)
+        result = _load(run, prompts, steps.level_output_tokens, level)
+        run.report["concurrency"].append(
+            {
+                "concurrency": level,
+                "aggregate_tps": result.aggregate_tps,
+                "per_request_tps": result.per_request_tps,
+                "mean_ttft_s": result.mean_ttft_s,
+                "requests": len(result.completed),
+                "failed": result.failed,
+                "tool": OURS,
+                **_error_of(result),
+            }
+        )
+
+
+def _load(run: BenchRun, prompts: Sequence[Prompt], max_tokens: int, level: int) -> LoadResult:
+    target = run.target
+    return run_load(
+        target.base_url,
+        target.api_key,
+        target.model,
+        prompts,
+        max_tokens=max_tokens,
+        concurrency=level,
+    )
+
+
+def _error_of(result: LoadResult) -> dict[str, str]:
+    error = result.first_error
+    return {"error": error} if error else {}

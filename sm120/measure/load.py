@@ -1,0 +1,272 @@
+"""Our own load generator: streamed /v1/completions requests at exact prompt lengths.
+
+Prompts are token ids drawn from ids the server's own tokenizer produced, so a "8k prompt" is
+8,192 tokens exactly and no two prompts share a prefix (the prefix cache would otherwise
+turn a prefill measurement into a cache-hit measurement). Timing follows `vllm bench serve`:
+TTFT is the first streamed chunk that carries a token, decode rate is (tokens - 1) over the
+time from that chunk to the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sm120.measure.wire import server_root
+
+COMPLETIONS_PATH = "/v1/completions"
+
+Prompt = list[int] | str
+
+
+@dataclass
+class RequestTiming:
+    prompt_tokens: int | None
+    started: float
+    completion_tokens: int | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    ended: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.first_at is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_at is None else self.first_at - self.started
+
+    @property
+    def decode_tps(self) -> float | None:
+        """(tokens - 1) / (last token - first token): `vllm bench serve`'s 1/TPOT.
+
+        Every completions chunk with a choice is a decode step (the text may be empty), so
+        the last one marks the last token; the usage chunk and [DONE] come after it.
+        """
+        tokens, first, last = self.completion_tokens, self.first_at, self.last_at
+        if tokens is None or tokens < 2 or first is None or last is None or last <= first:
+            return None
+        return (tokens - 1) / (last - first)
+
+    @property
+    def prefill_tps(self) -> float | None:
+        ttft = self.ttft_s
+        return self.prompt_tokens / ttft if self.prompt_tokens and ttft else None
+
+
+@dataclass
+class LoadResult:
+    concurrency: int
+    duration_s: float
+    requests: list[RequestTiming] = field(default_factory=list)
+
+    @property
+    def completed(self) -> list[RequestTiming]:
+        return [r for r in self.requests if r.ok]
+
+    @property
+    def failed(self) -> int:
+        return len(self.requests) - len(self.completed)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.completion_tokens or 0 for r in self.completed)
+
+    @property
+    def aggregate_tps(self) -> float | None:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else None
+
+    @property
+    def per_request_tps(self) -> float | None:
+        """1 / mean time per output token: vLLM's mean TPOT, inverted, for comparison."""
+        rates = [r.decode_tps for r in self.completed if r.decode_tps]
+        return 1.0 / statistics.fmean(1.0 / rate for rate in rates) if rates else None
+
+    @property
+    def mean_ttft_s(self) -> float | None:
+        ttfts = [r.ttft_s for r in self.completed if r.ttft_s is not None]
+        return statistics.fmean(ttfts) if ttfts else None
+
+    @property
+    def prefill_tps(self) -> float | None:
+        """Mean prompt length over mean TTFT: how `vllm bench serve` figures are read too."""
+        timed = [r for r in self.completed if r.prompt_tokens and r.ttft_s]
+        if not timed:
+            return None
+        tokens = statistics.fmean(r.prompt_tokens or 0 for r in timed)
+        return tokens / statistics.fmean(r.ttft_s or 0.0 for r in timed)
+
+    @property
+    def first_error(self) -> str | None:
+        return next((r.error for r in self.requests if r.error), None)
+
+
+class TokenPool:
+    """Ids the server's tokenizer produced from ordinary text: always valid for the model."""
+
+    def __init__(self, ids: Sequence[int], seed: int = 0) -> None:
+        unique = sorted(set(ids))
+        if len(unique) < 8:
+            raise ValueError("the token pool needs at least 8 distinct ids")
+        self._ids = unique
+        self._rng = random.Random(seed)
+
+    def prompt(self, length: int) -> list[int]:
+        return [self._rng.choice(self._ids) for _ in range(length)]
+
+    def prompts(self, length: int, count: int) -> list[Prompt]:
+        return [self.prompt(length) for _ in range(count)]
+
+
+def text_prompts(length: int, count: int, seed: int = 0) -> list[Prompt]:
+    """For servers without /tokenize: text of roughly `length` tokens (usage tells the truth)."""
+    from sm120.measure.text import filler
+
+    sentences = filler(seed, count * max(1, length // 14) + count)
+    per = max(1, length // 14)
+    return [" ".join(sentences[i * per : (i + 1) * per]) for i in range(count)]
+
+
+async def _one(
+    client: httpx.AsyncClient,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+) -> RequestTiming:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        # Generate the full length whatever the model "wants": a throughput probe, not a chat.
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    timing = RequestTiming(
+        prompt_tokens=len(prompt) if isinstance(prompt, list) else None,
+        started=time.perf_counter(),
+    )
+    events = _EventSplitter()
+    try:
+        async with client.stream("POST", COMPLETIONS_PATH, json=body) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                timing.error = f"HTTP {response.status_code}: {response.text[:160]}"
+                return timing
+            async for data in response.aiter_raw():
+                arrived = time.perf_counter()
+                if any(_take_event(event, timing, arrived) for event in events.feed(data)):
+                    break
+    except httpx.HTTPError as exc:
+        timing.error = f"{type(exc).__name__}: {exc}"[:200]
+    timing.ended = time.perf_counter()
+    return timing
+
+
+class _EventSplitter:
+    """Raw bytes in, SSE data payloads out. The client stays cheap on purpose: on a busy
+    machine every millisecond of client CPU shows up in the timings it reports."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._pending += data
+        *complete, self._pending = self._pending.replace(b"\r\n", b"\n").split(b"\n\n")
+        payloads = []
+        for event in complete:
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    payloads.append(line[5:].strip())
+        return payloads
+
+
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+
+
+def _take_event(payload: bytes, timing: RequestTiming, arrived: float) -> bool:
+    """Handle one SSE data payload; True at [DONE] or an error."""
+    if payload == b"[DONE]":
+        return True
+    if b'"choices"' in payload and not _EMPTY_CHOICES.search(payload) and b'"error"' not in payload:
+        # A decode step: no need to parse it. Every chunk with a choice counts, even with
+        # empty text (a partial UTF-8 byte); counting only text would stretch TTFT.
+        if timing.first_at is None:
+            timing.first_at = arrived
+        timing.last_at = arrived
+        return False
+    try:
+        chunk = json.loads(payload)
+    except json.JSONDecodeError:
+        timing.error = f"a stream line that is not JSON: {payload[:80]!r}"
+        return True
+    if not isinstance(chunk, dict):
+        return False
+    if "error" in chunk or chunk.get("object") == "error":
+        timing.error = f"error mid-stream: {str(chunk.get('error') or chunk)[:160]}"
+        return True
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        if isinstance(usage.get("completion_tokens"), int):
+            timing.completion_tokens = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            timing.prompt_tokens = usage["prompt_tokens"]
+    return False
+
+
+async def _run(
+    base_url: str,
+    api_key: str | None,
+    model: str,
+    prompts: Sequence[Prompt],
+    max_tokens: int,
+    concurrency: int,
+    timeout: float,
+) -> LoadResult:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency)
+    queue: asyncio.Queue[Prompt] = asyncio.Queue()
+    for prompt in prompts:
+        queue.put_nowait(prompt)
+    timings: list[RequestTiming] = []
+    async with httpx.AsyncClient(
+        base_url=server_root(base_url),
+        headers=headers,
+        timeout=httpx.Timeout(timeout, connect=10.0),
+        limits=limits,
+    ) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                prompt = queue.get_nowait()
+                timings.append(await _one(client, model, prompt, max_tokens))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        duration = time.perf_counter() - started
+    return LoadResult(concurrency=concurrency, duration_s=duration, requests=timings)
+
+
+def run_load(
+    base_url: str,
+    api_key: str | None,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    max_tokens: int,
+    concurrency: int = 1,
+    timeout: float = 3600.0,
+) -> LoadResult:
+    """Send every prompt, `concurrency` at a time (a closed loop, like --max-concurrency)."""
+    return asyncio.run(_run(base_url, api_key, model, prompts, max_tokens, concurrency, timeout))

@@ -1,0 +1,82 @@
+"""Bench and gate reports as text tables (stdout); the JSON forms are the dicts themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+def _secs(value: Any) -> str:
+    return f"{value:.3f}s" if isinstance(value, (int, float)) else "-"
+
+
+def show_bench(report: Mapping[str, Any], console: Console | None = None) -> None:
+    out = console or Console(soft_wrap=True)
+    out.print(
+        f"[bold]{report['deployment']}[/bold]  model {report['model']}  "
+        f"image {report.get('image') or '?'}  plan {report.get('plan_hash') or '?'}  "
+        f"mode {report['mode']}"
+    )
+    decode = report.get("decode") or {}
+    out.print(
+        f"decode (single stream, {decode.get('output_tokens', '?')} tokens): "
+        f"[bold]{_num(decode.get('tps'))} tok/s[/bold]  [dim]({decode.get('tool', '-')})[/dim]"
+    )
+    if report.get("prefill"):
+        table = Table("prompt tokens", "TTFT", "prefill tok/s", "ok/failed", "tool")
+        for point in report["prefill"]:
+            table.add_row(
+                f"{point['prompt_tokens']:,}",
+                _secs(point.get("ttft_s")),
+                _num(point.get("prefill_tps")),
+                f"{point.get('requests', 0)}/{point.get('failed', 0)}",
+                point.get("tool", "-"),
+            )
+        out.print(table)
+    if report.get("concurrency"):
+        table = Table(
+            "concurrency", "aggregate tok/s", "per-request tok/s", "mean TTFT", "ok/failed", "tool"
+        )
+        for level in report["concurrency"]:
+            table.add_row(
+                str(level["concurrency"]),
+                _num(level.get("aggregate_tps")),
+                _num(level.get("per_request_tps")),
+                _secs(level.get("mean_ttft_s")),
+                f"{level.get('requests', 0)}/{level.get('failed', 0)}",
+                level.get("tool", "-"),
+            )
+        out.print(table)
+    spec = report.get("spec_decode")
+    if spec:
+        rate = spec.get("acceptance_rate")
+        out.print(
+            f"speculative decoding: acceptance {_num(rate * 100 if rate is not None else None)}%"
+            f", length {_num(spec.get('acceptance_length'), 2)} "
+            f"({spec['accepted_tokens']}/{spec['draft_tokens']} draft tokens, "
+            f"{spec['drafts']} drafts)  [dim]({spec['tool']})[/dim]"
+        )
+    else:
+        out.print("speculative decoding: none (no draft counters moved in /metrics)")
+    for name, how in (report.get("tools") or {}).items():
+        out.print(f"[dim]{name}: {how}[/dim]")
+    for note in report.get("notes") or []:
+        out.print(f"[dim]note: {note}[/dim]")
+    _show_comparisons(report.get("comparisons") or [], out)
+
+
+def _show_comparisons(comparisons: Sequence[Mapping[str, Any]], out: Console) -> None:
+    for item in comparisons:
+        change = item["change"] * 100
+        mark = "[red]REGRESSION[/red]" if item["regression"] else "ok"
+        out.print(
+            f"{mark} {item['figure']}: {_num(item['measured'])} vs {item['against']} "
+            f"{_num(item['reference'])} ({change:+.1f}%)"
+        )

@@ -1,0 +1,148 @@
+"""What a measurement runs against: a deployment found through the state directory (as
+`sm120 chat` finds it), or any OpenAI-compatible URL.
+
+The server itself is the authority on what it serves (/v1/models gives the model, the path it
+loaded and max_model_len); the plan saved at launch adds what only the plan knows: the image,
+the plan hash, the published baseline, max-num-seqs and whether replies reason first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120.errors import SM120Error
+from sm120.measure.wire import ServedModel, Wire
+from sm120.state import DeploymentState, deployments_root
+
+PLAN_FILE = "plan.json"
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
+class TargetError(SM120Error):
+    """The server to measure cannot be used."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    base_url: str
+    api_key: str | None = field(repr=False)
+    model: str
+    model_root: str | None
+    """The checkpoint path the engine loaded: the tokenizer `vllm bench serve` needs."""
+    max_model_len: int | None
+    max_num_seqs: int | None = None
+    thinking: bool | None = None
+    recipe: str | None = None
+    image: str | None = None
+    plan_hash: str | None = None
+    baseline: dict[str, Any] | None = None
+    state: DeploymentState | None = None
+
+    def wire(self, timeout: float = 3600.0) -> Wire:
+        return Wire(self.base_url, self.api_key, timeout=timeout)
+
+    @property
+    def history_key(self) -> str:
+        return f"{self.image or 'unknown-image'}|{self.plan_hash or self.base_url}"
+
+
+def save_plan(deployment: str, document: dict[str, Any]) -> Path:
+    """Called at launch: later commands read the plan a deployment was started with."""
+    from sm120.state import deployment_dir, write_private_atomically
+
+    path = deployment_dir(deployment) / PLAN_FILE
+    write_private_atomically(path, json.dumps(document, indent=2, default=str) + "\n")
+    return path
+
+
+def load_plan(state: DeploymentState) -> dict[str, Any] | None:
+    """The plan saved at launch, if it is the one this deployment runs (same hash)."""
+    path = deployments_root() / state.name / PLAN_FILE
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("plan_hash") != state.plan_hash:
+        return None
+    return document
+
+
+def target_for_deployment(name: str | None) -> Target:
+    from sm120.lifecycle.find import find_deployment
+    from sm120.lifecycle.secrets import read_api_key
+
+    state = find_deployment(name)
+    plan = load_plan(state) or {}
+    base_url = f"http://{_loopback_if_any(state.host)}:{state.port}"
+    key = read_api_key(state.api_key_file)
+    served = _served(base_url, key, state.served_model_name)
+    return Target(
+        name=state.name,
+        base_url=base_url,
+        api_key=key,
+        model=state.served_model_name,
+        model_root=served.root or state.model_dir,
+        max_model_len=served.max_model_len or _int_arg(plan, "--max-model-len"),
+        max_num_seqs=_int_arg(plan, "--max-num-seqs"),
+        thinking=plan.get("thinking") if isinstance(plan.get("thinking"), bool) else None,
+        recipe=state.recipe,
+        image=plan.get("image") if isinstance(plan.get("image"), str) else None,
+        plan_hash=state.plan_hash,
+        baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
+        state=state,
+    )
+
+
+def target_for_url(url: str, model: str | None) -> Target:
+    """Any OpenAI-compatible server; the key comes from $OPENAI_API_KEY, never argv."""
+    key = os.environ.get(API_KEY_ENV) or None
+    served = _served(url, key, model)
+    return Target(
+        name=url,
+        base_url=url,
+        api_key=key,
+        model=served.id,
+        model_root=served.root,
+        max_model_len=served.max_model_len,
+    )
+
+
+def find_target(name: str | None, url: str | None, model: str | None) -> Target:
+    if url and name:
+        raise TargetError("--url and --name both given", "pick one: a deployment or a URL")
+    return target_for_url(url, model) if url else target_for_deployment(name)
+
+
+def _served(base_url: str, key: str | None, wanted: str | None) -> ServedModel:
+    with Wire(base_url, key, timeout=30.0) as wire:
+        models = wire.served_models()
+    if not models:
+        raise TargetError(f"{base_url} serves no model", "check the server's log")
+    if wanted is None:
+        return models[0]
+    for model in models:
+        if model.id == wanted:
+            return model
+    names = ", ".join(m.id for m in models)
+    raise TargetError(f"{base_url} does not serve '{wanted}' (it serves {names})", "pass --model")
+
+
+def _loopback_if_any(host: str) -> str:
+    # A server bound to every interface is reached on loopback from here.
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def _int_arg(plan: dict[str, Any], flag: str) -> int | None:
+    argv = plan.get("argv")
+    if not isinstance(argv, list) or flag not in argv:
+        return None
+    index = argv.index(flag)
+    try:
+        return int(argv[index + 1])
+    except (IndexError, TypeError, ValueError):
+        return None

