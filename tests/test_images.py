@@ -87,6 +87,7 @@ def test_cpu_container_gets_shm_and_no_gpus(tmp_path: Path) -> None:
     run = render_container(plan, placement(tmp_path, network="host"))
     assert "device_requests" not in run
     assert "ipc_mode" not in run
+    assert "ulimits" not in run
     assert run["shm_size"] == "1gb"
     # Sharing the host network: nothing published, the engine binds the plan's address.
     assert "ports" not in run
@@ -333,11 +334,12 @@ def test_docker_compose_accepts_the_compose_files(tmp_path: Path) -> None:
         assert config["services"]["server"]["ports"], name
 
 
-def test_cpu_compose_is_the_gpu_one_without_gpus_and_weights() -> None:
+def test_cpu_compose_is_the_gpu_one_without_gpus_ulimits_and_weights() -> None:
     gpu = yaml.safe_load((REPO / "compose.yaml").read_text())
     cpu = yaml.safe_load((REPO / "compose.cpu.yaml").read_text())
     expected = dict(gpu["services"]["server"])
     del expected["deploy"]
+    del expected["ulimits"]
     expected["volumes"] = [v for v in expected["volumes"] if not v.endswith(":/model:ro")]
     assert cpu["services"]["server"] == expected
     assert cpu["volumes"] == gpu["volumes"]

@@ -25,7 +25,8 @@ CONTAINER_CACHES = {
     "flashinfer": "/root/.cache/flashinfer",
 }
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
-# Seed 004's limits: pinned memory without a cap for NCCL, 64 MiB stacks for the kernels.
+# Seed 004's limits for GPU engines: pinned memory without a cap for NCCL, 64 MiB stacks for
+# the kernels. A CPU engine needs neither (and raising memlock needs CAP_SYS_RESOURCE).
 ULIMITS = (
     {"name": "memlock", "soft": -1, "hard": -1},
     {"name": "stack", "soft": 67108864, "hard": 67108864},
@@ -96,7 +97,6 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "environment": render_env(plan, api_key=where.api_key),
         "labels": container_labels(plan, where.deployment),
         "volumes": _volumes(plan, where),
-        "ulimits": [dict(limit) for limit in ULIMITS],
         "restart_policy": {"Name": "unless-stopped"},
         "healthcheck": _healthcheck(plan),
         "privileged": False,
@@ -108,6 +108,7 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
     if plan.hardware.gpus > 0:
         # CUDA IPC between the tensor-parallel ranks needs the host IPC namespace.
         run["ipc_mode"] = "host"
+        run["ulimits"] = [dict(limit) for limit in ULIMITS]
         run["device_requests"] = [
             {"driver": "nvidia", "count": plan.hardware.gpus, "capabilities": [["gpu"]]}
         ]
