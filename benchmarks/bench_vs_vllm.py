@@ -74,7 +74,7 @@ def main() -> None:
             raise SystemExit(f"launch failed:\n{launched.stderr[-3000:]}")
         try:
             rows = compare(home, lengths, args)
-            pairs = {n: request_level(n, args) for n in (lengths[-1], 64)}
+            pairs = {n: request_level(n, args) for n in lengths}
         finally:
             sm120(home, "stop")
     print_table(rows, args.rounds)
