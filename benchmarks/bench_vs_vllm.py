@@ -1,16 +1,21 @@
 """sm120's own decode and prefill figures against `vllm bench serve`, on one tiny server.
 
-Starts `sm120 launch tiny` in a scratch SM120_HOME, then alternates rounds: every figure by
-`vllm bench serve` (run in the engine's venv, its --save-result JSON parsed), then the same
-figures by sm120's client. Same server, same prompt lengths, token counts and request
-counts; medians over the rounds; the ratio sm120 / vllm per figure (the goal is within 5%).
+Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
+  1. tool level: alternating rounds of `sm120 bench --tool vllm` (vllm bench serve in the
+     engine's venv, its --save-result JSON parsed) and `sm120 bench --tool ours`, with the
+     same prompt lengths, token counts and request counts; medians over the rounds;
+  2. request level: vLLM's own request function against sm120's, alternating request by
+     request (benchmarks/request_ab.py, run by the engine's Python), medians over all pairs
+     and over the pairs where neither stream arrived in bursts.
+The ratio is sm120 / vllm per figure (the goal: within 5%).
 
-Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--lengths 256,768]
+Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--pairs 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -57,6 +62,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="256,768")
     parser.add_argument("--decode-tokens", type=int, default=128)
     parser.add_argument("--requests", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=40)
     args = parser.parse_args()
     lengths = tuple(int(n) for n in args.lengths.split(","))
     with tempfile.TemporaryDirectory(prefix="sm120-bench-vs-vllm-") as scratch:
@@ -68,9 +74,12 @@ def main() -> None:
             raise SystemExit(f"launch failed:\n{launched.stderr[-3000:]}")
         try:
             rows = compare(home, lengths, args)
+            pairs = {n: request_level(n, args) for n in lengths}
         finally:
             sm120(home, "stop")
     print_table(rows, args.rounds)
+    for length, found in pairs.items():
+        print_pairs(found, length, args.decode_tokens)
 
 
 def compare(home: Path, lengths: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
@@ -92,6 +101,49 @@ def compare(home: Path, lengths: tuple[int, ...], args: argparse.Namespace) -> d
                 samples[side].setdefault(name, []).append(value)
             print(f"round {number} {side}: {figures(report)}", file=sys.stderr)
     return samples
+
+
+def request_level(length: int, args: argparse.Namespace) -> dict[str, Any]:
+    from sm120.engine_env import resolve_engine_python
+
+    target = target_for_deployment(None)
+    python = resolve_engine_python(None, allow_provision=False, progress=print)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "OPENAI_API_KEY": target.api_key or "", "PYTHONPATH": str(repo)}
+    script = repo / "benchmarks" / "request_ab.py"
+    argv = [str(python), str(script), target.base_url, target.model, str(args.pairs)]
+    result = subprocess.run(
+        [*argv, str(length), str(args.decode_tokens)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"request_ab.py failed:\n{result.stderr[-3000:]}")
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+def print_pairs(found: dict[str, Any], length: int, out: int) -> None:
+    pairs = list(zip(found["vllm"], found["sm120"], strict=True))
+    smooth = [(a, b) for a, b in pairs if not a["bursty"] and not b["bursty"]]
+    print(
+        f"\nrequest level, {length}-token prompts, {out} tokens: {len(pairs)} pairs, "
+        f"{len(smooth)} with neither stream bursty"
+    )
+    print("figure (median)                 sm120      vLLM request fn   sm120/vllm")
+    for label, chosen in (("all pairs", pairs), ("smooth pairs", smooth)):
+        if not chosen:
+            print(f"{label}: none")
+            continue
+        for figure in ("ttft", "decode"):
+            theirs = [a[figure] for a, _ in chosen if a[figure]]
+            ours = [b[figure] for _, b in chosen if b[figure]]
+            mine, their = statistics.median(ours), statistics.median(theirs)
+            name = f"{figure} ({label})"
+            print(f"{name:<30} {mine:>10.4f}   {their:>14.4f}   {mine / their:>10.3f}")
 
 
 def print_table(samples: dict[str, Any], rounds: int) -> None:

@@ -48,6 +48,8 @@ class Speeds:
 
     prefill_per_token: float = 0.0
     decode_per_token: float = 0.0
+    burst: bool = False
+    """Send every token chunk in one write, as a server starved of CPU does."""
 
 
 @dataclass
@@ -307,10 +309,15 @@ class _Handler(BaseHTTPRequestHandler):
         speeds = self.scripted.speeds
         self._start_stream()
         time.sleep(prompt_tokens * speeds.prefill_per_token)
-        for position in range(max_tokens):
-            if position:
-                time.sleep(speeds.decode_per_token)
-            self._event({"choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
+        token = b'data: {"choices": [{"index": 0, "text": " tok", "finish_reason": null}]}\n\n'
+        if speeds.burst:
+            time.sleep(max_tokens * speeds.decode_per_token)
+            self._chunk(token * max_tokens)
+        else:
+            for position in range(max_tokens):
+                if position:
+                    time.sleep(speeds.decode_per_token)
+                self._chunk(token)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}
         self._event({"choices": [], "usage": usage})
         self._done()

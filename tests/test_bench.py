@@ -111,6 +111,18 @@ def test_load_measures_scripted_decode_and_prefill(scripted: ScriptedServer) -> 
     assert 500 < result.prefill_tps <= 10_001  # type: ignore[operator]
 
 
+def test_bursts_are_detected(scripted: ScriptedServer) -> None:
+    pool = TokenPool(range(100, 200), seed=5)
+    scripted.speeds.decode_per_token = 0.005
+    smooth = run_load(scripted.url, KEY, "scripted", pool.prompts(16, 2), max_tokens=32)
+    assert smooth.bursty == 0
+    scripted.speeds.burst = True
+    burst = run_load(scripted.url, KEY, "scripted", pool.prompts(16, 2), max_tokens=32)
+    assert burst.bursty == 2
+    # a burst leaves no decode rate worth the name (all tokens in one read): hence the flag
+    assert all(r.decode_tps is None or r.decode_tps > 10_000 for r in burst.requests)
+
+
 def test_concurrency_aggregates_over_requests(scripted: ScriptedServer) -> None:
     scripted.speeds.decode_per_token = 0.005
     pool = TokenPool(range(100, 200), seed=4)
@@ -154,6 +166,20 @@ def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.M
     # each prefill length: one warm-up + 3 measured, all with different prompts
     completions = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
     assert len({tuple(prompt) for prompt in completions}) == len(completions)
+
+
+def test_bench_notes_bursty_streams(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    scripted.speeds.burst = True
+    options = BenchOptions(tool="ours", lengths=(32,), concurrency=(), decode_tokens=16)
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    assert report["decode"]["bursty"] == 3
+    assert report["notes"] == [
+        "3 of 3 decode requests arrived in bursts (many tokens per read): the decode rate is "
+        "unreliable; is the server short of CPU?"
+    ]
 
 
 # --- /metrics -----------------------------------------------------------------------------

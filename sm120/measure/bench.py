@@ -307,9 +307,15 @@ def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
         "output_tokens": steps.decode_tokens,
         "requests": len(result.completed),
         "failed": result.failed,
+        "bursty": result.bursty,
         "tool": OURS,
         **_error_of(result),
     }
+    if result.bursty:
+        run.report["notes"].append(
+            f"{result.bursty} of {len(result.completed)} decode requests arrived in bursts "
+            "(many tokens per read): the decode rate is unreliable; is the server short of CPU?"
+        )
 
 
 def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:

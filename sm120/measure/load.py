@@ -10,6 +10,7 @@ time from that chunk to the last one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -59,6 +60,16 @@ class RequestTiming:
         return (tokens - 1) / (last - first)
 
     @property
+    def bursty(self) -> bool:
+        """The tokens after the first arrived in under a tenth of the request's time: the
+        server (often its API process, starved of CPU) held them back and let them go at
+        once, so the decode rate says little. Meant for decode runs (short prompts, many
+        tokens), where generating takes most of the time."""
+        if (self.completion_tokens or 0) < 8 or self.first_at is None or self.last_at is None:
+            return False
+        return (self.last_at - self.first_at) < (self.last_at - self.started) / 10
+
+    @property
     def prefill_tps(self) -> float | None:
         ttft = self.ttft_s
         return self.prompt_tokens / ttft if self.prompt_tokens and ttft else None
@@ -105,6 +116,10 @@ class LoadResult:
             return None
         tokens = statistics.fmean(r.prompt_tokens or 0 for r in timed)
         return tokens / statistics.fmean(r.ttft_s or 0.0 for r in timed)
+
+    @property
+    def bursty(self) -> int:
+        return sum(1 for r in self.completed if r.bursty)
 
     @property
     def first_error(self) -> str | None:
@@ -252,6 +267,10 @@ async def _run(
                 prompt = queue.get_nowait()
                 timings.append(await _one(client, model, prompt, max_tokens))
 
+        # Open the connection before the clock starts: a TTFT should not include a TCP
+        # handshake and pool setup that a steady client pays once.
+        with contextlib.suppress(httpx.HTTPError):
+            await client.get("/health")
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
         duration = time.perf_counter() - started
