@@ -123,6 +123,19 @@ def test_bursts_are_detected(scripted: ScriptedServer) -> None:
     assert all(r.decode_tps is None or r.decode_tps > 10_000 for r in burst.requests)
 
 
+def test_decode_rate_leaves_out_bursty_requests() -> None:
+    from sm120.measure.load import LoadResult, RequestTiming
+
+    smooth = RequestTiming(64, started=0.0, completion_tokens=101, first_at=0.1, last_at=1.1)
+    burst = RequestTiming(64, started=0.0, completion_tokens=101, first_at=1.0, last_at=1.001)
+    result = LoadResult(concurrency=1, duration_s=2.0, requests=[smooth, burst])
+    assert (smooth.bursty, burst.bursty) == (False, True)
+    assert result.bursty == 1
+    assert result.smooth_decode_tps == pytest.approx(100.0)
+    # with the burst in, the inverse mean of 100 and 100,000 tok/s
+    assert result.per_request_tps == pytest.approx(1 / ((1 / 100 + 1 / 100_000) / 2))
+
+
 def test_concurrency_aggregates_over_requests(scripted: ScriptedServer) -> None:
     scripted.speeds.decode_per_token = 0.005
     pool = TokenPool(range(100, 200), seed=4)
@@ -177,8 +190,8 @@ def test_bench_notes_bursty_streams(
     report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
     assert report["decode"]["bursty"] == 3
     assert report["notes"] == [
-        "3 of 3 decode requests arrived in bursts (many tokens per read): the decode rate is "
-        "unreliable; is the server short of CPU?"
+        "3 of 3 decode requests arrived in bursts (tokens held back, then sent at once); "
+        "decode tok/s: all of them are counted; is the server short of CPU?"
     ]
 
 

@@ -74,6 +74,18 @@ def test_local_checkpoint_is_the_tokenizer(tmp_path: Path) -> None:
     assert f"tokenizer_backend=huggingface,tokenizer={tmp_path}" in model_args
 
 
+def test_the_plans_repo_is_the_tokenizer_when_the_folder_is_elsewhere() -> None:
+    from sm120.measure.target import Target
+
+    target = Target(
+        "d", "http://127.0.0.1:8000", None, "glm-5.2", "/mnt/in/container", 250_000,
+        model_repo="0xSero/GLM-5.2-NVFP4-REAP-469B",
+    )  # fmt: skip
+    argv = lmeval.lm_eval_command(target, lmeval.EvalSettings(), Path("/tmp/out"))
+    model_args = argv[argv.index("--model_args") + 1]
+    assert "tokenizer_backend=huggingface,tokenizer=0xSero/GLM-5.2-NVFP4-REAP-469B" in model_args
+
+
 def test_missing_lm_eval_is_one_line(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch, server: ScriptedServer
 ) -> None:

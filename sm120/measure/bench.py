@@ -302,8 +302,9 @@ def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
     run.progress(f"decode: {steps.decode_requests} x {steps.decode_tokens} tokens")
     prompts = run.prompts(DECODE_PROMPT_TOKENS, steps.decode_requests)
     result = _load(run, prompts, steps.decode_tokens, 1)
+    smooth = result.smooth_decode_tps
     run.report["decode"] = {
-        "tps": result.per_request_tps,
+        "tps": smooth if smooth is not None else result.per_request_tps,
         "output_tokens": steps.decode_tokens,
         "requests": len(result.completed),
         "failed": result.failed,
@@ -312,9 +313,11 @@ def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
         **_error_of(result),
     }
     if result.bursty:
+        which = "all of them are" if smooth is None else "the others are"
         run.report["notes"].append(
             f"{result.bursty} of {len(result.completed)} decode requests arrived in bursts "
-            "(many tokens per read): the decode rate is unreliable; is the server short of CPU?"
+            f"(tokens held back, then sent at once); decode tok/s: {which} counted; is the "
+            "server short of CPU?"
         )
 
 

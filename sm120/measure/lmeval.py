@@ -60,10 +60,13 @@ def lm_eval_command(
         "tokenized_requests=False",
     ]
     if settings.api == "completions":
-        # The prompt is text; the tokenizer only measures it. The server's /tokenize does that
-        # when the checkpoint folder is not local.
+        # The prompt goes as text; the harness only measures it with a tokenizer: the served
+        # checkpoint folder when it is on this machine, else the plan's Hugging Face repo,
+        # else the server's own (remote backend, newer lm-eval and servers that offer it).
         if target.model_root and Path(target.model_root).is_dir():
             model_args += ["tokenizer_backend=huggingface", f"tokenizer={target.model_root}"]
+        elif target.model_repo:
+            model_args += ["tokenizer_backend=huggingface", f"tokenizer={target.model_repo}"]
         else:
             model_args.append("tokenizer_backend=remote")
         if target.max_model_len:

@@ -100,8 +100,12 @@ class LoadResult:
     @property
     def per_request_tps(self) -> float | None:
         """1 / mean time per output token: vLLM's mean TPOT, inverted, for comparison."""
-        rates = [r.decode_tps for r in self.completed if r.decode_tps]
-        return 1.0 / statistics.fmean(1.0 / rate for rate in rates) if rates else None
+        return _inverse_mean([r.decode_tps for r in self.completed])
+
+    @property
+    def smooth_decode_tps(self) -> float | None:
+        """The same over the requests that did not arrive in bursts; None if all did."""
+        return _inverse_mean([r.decode_tps for r in self.completed if not r.bursty])
 
     @property
     def mean_ttft_s(self) -> float | None:
@@ -124,6 +128,11 @@ class LoadResult:
     @property
     def first_error(self) -> str | None:
         return next((r.error for r in self.requests if r.error), None)
+
+
+def _inverse_mean(rates: Sequence[float | None]) -> float | None:
+    usable = [rate for rate in rates if rate]
+    return 1.0 / statistics.fmean(1.0 / rate for rate in usable) if usable else None
 
 
 class TokenPool:

@@ -36,6 +36,8 @@ class Target:
     """The checkpoint path the engine loaded: the tokenizer `vllm bench serve` needs."""
     max_model_len: int | None
     max_num_seqs: int | None = None
+    model_repo: str | None = None
+    """The Hugging Face repo of the checkpoint (from the plan): a tokenizer source."""
     thinking: bool | None = None
     recipe: str | None = None
     image: str | None = None
@@ -89,6 +91,7 @@ def target_for_deployment(name: str | None) -> Target:
         model_root=served.root or state.model_dir,
         max_model_len=served.max_model_len or _int_arg(plan, "--max-model-len"),
         max_num_seqs=_int_arg(plan, "--max-num-seqs"),
+        model_repo=_model_repo(plan),
         thinking=plan.get("thinking") if isinstance(plan.get("thinking"), bool) else None,
         recipe=state.recipe,
         image=plan.get("image") if isinstance(plan.get("image"), str) else None,
@@ -130,6 +133,12 @@ def _served(base_url: str, key: str | None, wanted: str | None) -> ServedModel:
             return model
     names = ", ".join(m.id for m in models)
     raise TargetError(f"{base_url} does not serve '{wanted}' (it serves {names})", "pass --model")
+
+
+def _model_repo(plan: dict[str, Any]) -> str | None:
+    model = plan.get("model")
+    repo = model.get("repo") if isinstance(model, dict) else None
+    return repo if isinstance(repo, str) and repo else None
 
 
 def _loopback_if_any(host: str) -> str:

