@@ -163,18 +163,34 @@ class ServerClient:
             ) from exc
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
-        if response.status_code == 401:
-            what = "rejected the API key" if self._api_key else "requires an API key"
-            raise ApiKeyRejected(
-                f"the server at {self.base_url} {what} (HTTP 401 on {path})",
-                "use the API key stored in the deployment's state directory",
-            )
-        if response.status_code >= 400:
-            detail = self._mask(_error_text(response))
-            raise BadServerResponse(f"{path} answered HTTP {response.status_code}: {detail}")
+        check_status(response, path, self.base_url, self._api_key, _error_text)
 
     def _mask(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return mask_secret(text, self._api_key)
+
+
+def mask_secret(text: str, secret: str | None) -> str:
+    """Servers echo request details in errors: never let the API key reach the user."""
+    return text.replace(secret, "***") if secret else text
+
+
+def check_status(
+    response: httpx.Response,
+    path: str,
+    base_url: str,
+    api_key: str | None,
+    error_text: Callable[[httpx.Response], str],
+) -> None:
+    """One-line errors for HTTP failures, shared by every client that talks to the server."""
+    if response.status_code == 401:
+        what = "rejected the API key" if api_key else "requires an API key"
+        raise ApiKeyRejected(
+            f"the server at {base_url} {what} (HTTP 401 on {path})",
+            "use the API key stored in the deployment's state directory",
+        )
+    if response.status_code >= 400:
+        detail = mask_secret(error_text(response), api_key)
+        raise BadServerResponse(f"{path} answered HTTP {response.status_code}: {detail}")
 
 
 def smoke_test(

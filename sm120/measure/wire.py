@@ -18,7 +18,13 @@ from typing import Any
 
 import httpx
 
-from sm120.client import ApiKeyRejected, BadServerResponse, ServerTimeout, ServerUnreachable
+from sm120.client import (
+    BadServerResponse,
+    ServerTimeout,
+    ServerUnreachable,
+    check_status,
+    mask_secret,
+)
 
 CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
@@ -285,18 +291,10 @@ class Wire:
             ) from exc
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
-        if response.status_code == 401:
-            what = "rejected the API key" if self._api_key else "requires an API key"
-            raise ApiKeyRejected(
-                f"the server at {self.base_url} {what} (HTTP 401 on {path})",
-                "use the API key stored in the deployment's state directory",
-            )
-        if response.status_code >= 400:
-            detail = self._mask(_error_text(response))
-            raise BadServerResponse(f"{path} answered HTTP {response.status_code}: {detail}")
+        check_status(response, path, self.base_url, self._api_key, _error_text)
 
     def _mask(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return mask_secret(text, self._api_key)
 
 
 def _common_options(
