@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections import namedtuple
 from collections.abc import Sequence
+from dataclasses import replace as replace_machine
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -287,6 +288,21 @@ def test_preflight_leaves_arch_and_count_to_the_rules() -> None:
     ids = {f.id: f.severity for f in preflight(plan, machine=machine(h100))}
     assert "gpu-count" not in ids and "gpu0" not in ids  # S02 / S06 own those (with --force)
     assert ids["driver"] == "ok"
+
+
+def test_replacing_a_server_does_not_count_what_that_server_holds() -> None:
+    from sm120.lifecycle.ports import PortInUse
+
+    def taken(_host: str, port: int) -> None:
+        raise PortInUse(f"port {port} on 127.0.0.1 is already in use", "pick another")
+
+    plan = resolve(PlanRequest(recipe="dsv4"))
+    box = replace_machine(machine(gpu_box()), ensure_port_free=taken)
+    before = {f.id: f.severity for f in preflight(plan, machine=box)}
+    assert before["gpu0-memory"] == "error" and before["port"] == "error"
+    replacing = {f.id: f.severity for f in preflight(plan, machine=box, replacing=True)}
+    assert {"gpu0-memory", "gpu1-memory", "gpu-processes", "port"}.isdisjoint(replacing)
+    assert replacing["driver"] == "ok" and "disk" in replacing  # the rest still runs
 
 
 def test_preflight_stops_a_launch_before_anything_starts(tmp_path: Path) -> None:

@@ -128,12 +128,14 @@ def launch(
             raise typer.Exit(1)
         return
     checked.raise_on_failure()
+    from sm120.lifecycle.launcher import preflight_or_stop, running_deployment
+
+    # A second launch of a running deployment is refused before anything long starts.
+    replacing = running_deployment(name or checked.plan.recipe, replace) is not None
     # Will it run here at all, before fetching hundreds of GB of weights for it. Declared
     # hardware (--gpus/--arch) replaces what this machine has, so its checks are moot then.
     if gpus is None and arch is None:
-        from sm120.lifecycle.launcher import preflight_or_stop
-
-        preflight_or_stop(checked.plan, None, _progress_line)
+        preflight_or_stop(checked.plan, None, _progress_line, replacing=replacing)
     checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
     from sm120.lifecycle.launcher import LaunchOptions

@@ -203,15 +203,31 @@ def run_doctor(
 
 
 def preflight(
-    plan: LaunchPlan, *, engine_python: str | None = None, machine: Machine | None = None
+    plan: LaunchPlan,
+    *,
+    engine_python: str | None = None,
+    machine: Machine | None = None,
+    replacing: bool = False,
 ) -> list[Finding]:
     """The checks a launch of this plan needs, before anything starts. Blocking findings
     (severity error) mean the launch would fail; warnings are worth printing. The recipe's
     hardware rules (S02, S06) already judged GPU count and arch, with --force, so they are
-    not repeated here."""
+    not repeated here. `replacing`: a running deployment of the same name is about to be
+    stopped (--replace), so the port and GPU memory it holds are not held against the launch."""
     needs = needs_from_plan(plan)
     result = run_doctor(needs, machine=machine, engine_python=engine_python, check_containers=False)
-    return [f for f in result.findings if f.id != "gpu-count" and not _is_arch_warning(f)]
+    return [
+        f
+        for f in result.findings
+        if f.id != "gpu-count"
+        and not _is_arch_warning(f)
+        and not (replacing and _held_by_the_running_server(f))
+    ]
+
+
+def _held_by_the_running_server(finding: Finding) -> bool:
+    gpu_memory = finding.id.startswith("gpu") and finding.id.endswith("-memory")
+    return gpu_memory or finding.id in ("port", "gpu-processes")
 
 
 def _is_arch_warning(finding: Finding) -> bool:

@@ -62,28 +62,40 @@ class Ready:
     monitor_pid: int | None = None
 
 
-def refuse_or_replace(runtime: Runtime, options: LaunchOptions, progress: Progress) -> None:
+def running_deployment(name: str, replace: bool) -> DeploymentState | None:
+    """The deployment of this name if it is running now (under any runtime). Without
+    --replace that is an error the user should see before any long work starts."""
+    existing = load_state(name)
+    if existing is None:
+        return None
+    from sm120.lifecycle.find import runtime_for
+
+    # The deployment may run under another runtime than the one asked for now.
+    if not runtime_for(existing).status(existing).running:
+        return None
+    if not replace:
+        raise LaunchError(
+            f"deployment '{name}' is already running on http://{existing.host}:{existing.port}",
+            f"use it ('sm120 chat'), stop it ('sm120 stop {name}'), or --replace",
+        )
+    return existing
+
+
+def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
     existing = load_state(options.name)
     if existing is None:
         return
     from sm120.lifecycle.find import runtime_for
     from sm120.lifecycle.monitoring import stop_for
 
-    # The deployment may run under another runtime than the one asked for now.
-    current = runtime_for(existing)
-    running = current.status(existing).running
-    if running and not options.replace:
-        raise LaunchError(
-            f"deployment '{options.name}' is already running on "
-            f"http://{existing.host}:{existing.port}",
-            f"use it ('sm120 chat'), stop it ('sm120 stop {options.name}'), or --replace",
-        )
+    running = running_deployment(options.name, options.replace) is not None
     # The monitor goes first, or its watchdog could restart what is being replaced; it may
     # have restarted the server just now, so read the state again.
     stop_for(options.name)
     if running:
         progress(f"stopping the running '{options.name}' (--replace)")
-    current.stop(load_state(options.name) or existing)
+    current = load_state(options.name) or existing
+    runtime_for(current).stop(current)
     clear_state(options.name)
 
 
@@ -110,12 +122,14 @@ def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress)
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
 
 
-def preflight_or_stop(plan: LaunchPlan, python: str | None, progress: Progress) -> None:
+def preflight_or_stop(
+    plan: LaunchPlan, python: str | None, progress: Progress, *, replacing: bool = False
+) -> None:
     """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
     a blocking finding stops the launch before anything starts."""
     from sm120.doctor import preflight
 
-    findings = preflight(plan, engine_python=python)
+    findings = preflight(plan, engine_python=python, replacing=replacing)
     for finding in findings:
         if finding.severity == "warn":
             progress(f"warning [{finding.id}]: {finding.message}")
@@ -188,7 +202,7 @@ def launch(
     plan = checked.plan
     started = time.monotonic()
     checked.raise_on_failure()
-    refuse_or_replace(runtime, options, progress)
+    refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
     spec = _prepare(plan, runtime, options, progress)
     # Bench and gates read the plan later (image, baseline, limits) from the state dir.

@@ -241,7 +241,11 @@ def engine_worker(group: int) -> int:
 
 
 def stall_mid_stream(served: Served) -> int:
-    """Start streaming requests, and SIGSTOP the engine once they show as running."""
+    """Start streaming requests, and SIGSTOP the engine once tokens are flowing.
+
+    Tokens arriving on the streams are the signal, not /metrics: under streaming load the
+    CPU build answers /metrics only seconds late (8.6 s measured with 16 streams), by which
+    time short requests may have ended."""
     group = served.state()["supervisor_pid"]
     worker = engine_worker(group)
     body = {
@@ -251,6 +255,7 @@ def stall_mid_stream(served: Served) -> int:
         "ignore_eos": True,
         "stream": True,
     }
+    flowing = threading.Event()
 
     def stream() -> None:
         with (
@@ -263,17 +268,15 @@ def stall_mid_stream(served: Served) -> int:
                 timeout=120,
             ) as response,
         ):
-            for _ in response.iter_lines():
-                pass
+            for line in response.iter_lines():
+                if '"content"' in line:
+                    flowing.set()
 
-    for _ in range(4):
+    # More streams than --max-num-seqs: some wait in the queue, so work is left whenever
+    # the first token shows up.
+    for _ in range(8):
         threading.Thread(target=stream, daemon=True).start()
-    wait_for(
-        "requests to run",
-        lambda: (parse_metrics(served.metrics()).running or 0) >= 1,
-        120,
-        every=0.02,
-    )
+    assert flowing.wait(120), "no token streamed within 120 s"
     os.kill(worker, signal.SIGSTOP)
     return worker
 

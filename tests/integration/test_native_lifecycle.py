@@ -170,7 +170,7 @@ def test_taken_port_fails_before_anything_starts(tmp_path: Path, tiny_model: Pat
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines == [
-        f"Error: port {port} on 127.0.0.1 is already in use (Address already in "
+        f"Error: preflight [port]: port {port} on 127.0.0.1 is already in use (Address already in "
         "use) (hint: pick another with --port, or 'sm120 status' / 'sm120 stop' "
         "if it is ours)"
     ]
