@@ -86,6 +86,19 @@ def get_container(client: Any, ident: str) -> Any | None:
         return None
 
 
+def container_host_pids(container: Any) -> list[int]:
+    """A running container's processes as host pids ([] if Docker cannot list them)."""
+    from docker.errors import APIError
+
+    try:
+        listing = container.top(ps_args="-o pid")
+    except APIError:
+        return []
+    titles = [str(title).upper() for title in listing.get("Titles") or []]
+    column = titles.index("PID") if "PID" in titles else 0
+    return sorted(int(row[column]) for row in listing.get("Processes") or [])
+
+
 def images_labelled(client: Any, labels: Mapping[str, str]) -> list[Any]:
     wanted = [f"{key}={value}" for key, value in labels.items()]
     return list(client.images.list(filters={"label": wanted}))

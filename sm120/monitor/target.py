@@ -98,6 +98,10 @@ class DeploymentTarget:
         return ServerState(running=status.running, identity=identity, exit=status.exit)
 
     def engine_pids(self) -> list[int]:
+        if self.state.runtime == "docker":
+            from sm120.runtime.docker import DockerRuntime
+
+            return DockerRuntime().engine_pids(self.state)
         if self.state.runtime != "native":
             return []
         from sm120.runtime.native import group_members

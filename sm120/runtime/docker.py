@@ -140,6 +140,13 @@ class DockerRuntime:
         container = self._container(state)
         return self._exit_of(container, state) if container is not None else None
 
+    def engine_pids(self, state: DeploymentState) -> list[int]:
+        """The container's processes as host pids (what py-spy on the host attaches to)."""
+        container = self._container(state)
+        if container is None or container.status != "running":
+            return []
+        return docker_api.container_host_pids(container)
+
     def follow(
         self,
         state: DeploymentState,
