@@ -13,7 +13,17 @@ from sm120.recipe.schema import Recipe
 from sm120.suggest import did_you_mean
 
 # Recipe sections a --set may reach into; the rest (name, variants, ...) define the recipe.
-SETTABLE_SECTIONS = ("model", "image", "hardware", "env", "smoke", "timeouts", "derive", "args")
+SETTABLE_SECTIONS = (
+    "model",
+    "image",
+    "hardware",
+    "env",
+    "smoke",
+    "timeouts",
+    "derive",
+    "args",
+    "multinode",
+)
 SETTABLE_SCALARS = ("thinking",)
 
 
@@ -63,6 +73,10 @@ def _check_section_key(path: tuple[str, ...], text: str) -> None:
     if path[0] in ("env", "args"):
         return
     section = Recipe.model_fields[path[0]].annotation
+    # An optional section (multinode) is annotated `Model | None`: look inside the union.
+    for member in getattr(section, "__args__", ()):
+        if hasattr(member, "model_fields"):
+            section = member
     fields = getattr(section, "model_fields", {})
     if len(path) != 2 or path[1] not in fields:
         dotted = ".".join(path)

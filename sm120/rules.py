@@ -85,6 +85,9 @@ def _fits_gpus(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     needed = _tp(plan) * _int(plan, "pipeline-parallel-size", 1)
     if plan.hardware.gpus == 0:
         return
+    if plan.multinode is not None:
+        # Each node brings its share; the per-node preflight counts the GPUs of every node.
+        needed = plan.multinode.gpus_per_node
     if needed > hw.gpus:
         yield (
             f"TP x PP = {needed} GPUs but {hw.describe()} has {hw.gpus}; lower "

@@ -12,7 +12,9 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
+    from sm120.checks import CheckedPlan
     from sm120.plan import PlanRequest
+    from sm120.render.multinode import NodeAddress, NodeLaunch
 
 
 def register(app: typer.Typer) -> None:
@@ -66,6 +68,15 @@ def launch(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
     runtime: str = typer.Option("native", "--runtime", help="Where the engine runs: native."),
+    nodes: str | None = typer.Option(
+        None,
+        "--nodes",
+        help="Span hosts, head first: HOST1,HOST2,... ([user@]host; SSH, or Docker over "
+        "ssh:// with --runtime docker). Needs a multi-node variant.",
+    ),
+    ssh_option: list[str] = typer.Option(
+        [], "--ssh-option", help="An ssh -o option for --nodes, e.g. IdentityFile=~/.ssh/k."
+    ),
     name: str | None = typer.Option(None, "--name", help="Deployment name (default: recipe)."),
     vllm_python: str | None = typer.Option(
         None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
@@ -83,23 +94,53 @@ def launch(
     from sm120.hardware import declared
 
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
+    addresses = None
+    if nodes is not None:
+        from sm120.cluster.hosts import parse_nodes
+
+        addresses = parse_nodes(nodes)
     hardware = declared(gpus, arch)
-    if hardware is None and not dry_run:
+    # Nodes of a multi-node plan are checked one by one at launch, not against this machine.
+    if hardware is None and not dry_run and addresses is None:
         from sm120.hardware import Hardware, detect
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     checked = checked_plan(request, hardware)
+    launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
     if dry_run:
+        document = plan_document(checked)
+        if launches is not None:
+            document["nodes"] = [launch.as_dict() for launch in launches]
         if as_json:
-            typer.echo(json.dumps(plan_document(checked), indent=2))
+            typer.echo(json.dumps(document, indent=2))
         else:
-            from sm120.cli.present import show_plan
+            from sm120.cli.present import show_nodes, show_plan
 
             show_plan(checked)
+            if launches is not None:
+                show_nodes(launches)
         if checked.failed:
             raise typer.Exit(1)
         return
+    if addresses is None:
+        from sm120.cluster.hosts import require_nodes
+
+        require_nodes(checked.plan)
     checked.raise_on_failure()
+    if addresses is not None:
+        from sm120.cli.serving import serve
+        from sm120.cluster.launch import ClusterRequest
+        from sm120.lifecycle.launcher import LaunchOptions
+
+        options = LaunchOptions(
+            name=name or checked.plan.recipe,
+            vllm_python=vllm_python,
+            api_key=api_key,
+            replace=replace,
+            timeout_s=timeout,
+        )
+        cluster = ClusterRequest(addresses, runtime, tuple(ssh_option))
+        raise typer.Exit(serve(checked, options, foreground=foreground, cluster=cluster))
     if runtime != "native":
         from sm120.errors import SM120Error
 
@@ -115,6 +156,28 @@ def launch(
         timeout_s=timeout,
     )
     raise typer.Exit(serve(checked, options, foreground=foreground))
+
+
+def _node_launches(
+    checked: CheckedPlan, addresses: list[NodeAddress], runtime: str
+) -> list[NodeLaunch]:
+    from sm120.cluster.hosts import check_nodes_fit
+    from sm120.cluster.nodes import RUNTIMES
+    from sm120.errors import SM120Error
+    from sm120.recipe.loader import load_recipe
+    from sm120.render.compose import CONTAINER_MODEL_DIR
+    from sm120.render.multinode import render_nodes
+
+    if runtime not in RUNTIMES:
+        raise SM120Error(
+            f"unknown runtime '{runtime}' for --nodes", "use --runtime native or docker"
+        )
+    plan = checked.plan
+    check_nodes_fit(plan, load_recipe(plan.recipe), addresses)
+    docker = runtime == "docker" and plan.model_dir
+    return render_nodes(
+        plan, addresses, container_model_dir=CONTAINER_MODEL_DIR if docker else None
+    )
 
 
 def _ask(question: str) -> bool:

@@ -16,6 +16,10 @@ def runtime_for(state: DeploymentState) -> Runtime:
 
     if state.runtime == "native":
         return NativeRuntime()
+    if state.runtime == "cluster":
+        from sm120.cluster.runtime import ClusterRuntime
+
+        return ClusterRuntime()
     raise NoDeployment(
         f"deployment {state.name} uses unknown runtime '{state.runtime}'", "upgrade sm120"
     )
