@@ -153,19 +153,25 @@ class DockerNode:
         return str(container.id)
 
     def _container(self, handle: str) -> Any:
-        return self.client.containers.get(handle)
+        client = self.client  # an unreachable daemon is a NodeError, not a missing container
+        try:
+            return client.containers.get(handle)
+        except Exception:
+            return None
 
     def run(self, handle: str, argv: Sequence[str], timeout: float) -> tuple[int, str]:
-        result = self._container(handle).exec_run(list(argv))
+        container = self._container(handle)
+        if container is None:
+            return 125, f"container {handle} is gone"
+        result = container.exec_run(list(argv))
         output = result.output.decode("utf-8", "replace") if result.output else ""
         return int(result.exit_code or 0), output
 
     def status(self, handle: str) -> ProcessState:
-        try:
-            container = self._container(handle)
-            container.reload()
-        except Exception:
+        container = self._container(handle)
+        if container is None:
             return ProcessState(running=False, exit=None, gone=True)
+        container.reload()
         state = container.attrs.get("State", {})
         if state.get("Running"):
             return ProcessState(running=True)
@@ -175,8 +181,11 @@ class DockerNode:
         )
 
     def follow(self, handle: str) -> Iterator[str]:
+        container = self._container(handle)
+        if container is None:
+            return
         partial = b""
-        for chunk in self._container(handle).logs(stream=True, follow=True):
+        for chunk in container.logs(stream=True, follow=True):
             partial += chunk
             *lines, partial = partial.split(b"\n")
             for line in lines:
@@ -185,9 +194,8 @@ class DockerNode:
             yield partial.decode("utf-8", "replace")
 
     def stop(self, handle: str, timeout: float) -> dict[str, Any] | None:
-        try:
-            container = self._container(handle)
-        except Exception:
+        container = self._container(handle)
+        if container is None:
             return None  # already gone
         with contextlib.suppress(Exception):
             container.stop(timeout=int(timeout))

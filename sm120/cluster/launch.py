@@ -123,7 +123,11 @@ def launch_cluster(
     state, record = _begin(plan, options, runtime, nodes, api_host, key_file)
     try:
         key = read_api_key(key_file)
-        _start_all(plan, nodes, launches, record, state, key, progress, docker=docker)
+        # One budget for the whole start: forming a Ray cluster counts against it too.
+        budget = options.timeout_s or plan.timeouts.ready_s
+        _start_all(
+            plan, nodes, launches, record, state, key, progress, docker=docker, budget=budget
+        )
         progress(f"all {len(nodes)} nodes started; waiting for the head to serve")
         return _wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
@@ -225,11 +229,12 @@ def _start_all(
     progress: Progress,
     *,
     docker: bool,
+    budget: float,
 ) -> None:
     assert plan.multinode is not None
     for step in start_steps(launches, plan.multinode.executor):
         launch = launches[step.rank]
-        env = dict(launch.env)
+        env = launch.env_for(step.process)
         if step.process.serves_api and key:
             env["VLLM_API_KEY"] = key  # travels on stdin / the Docker API, never argv
         progress(f"starting {step.process.name} on {nodes[step.rank].label}")
@@ -256,7 +261,14 @@ def _start_all(
             ray_head = next(p for p in record.processes if p.rank == 0 and p.name != "engine")
             address = f"{head.address}:{plan.multinode.ray_port}"
             progress(f"waiting for {step.ray_nodes} nodes in the Ray cluster at {address}")
-            wait_for_ray(nodes[0], ray_head.handle, head.main.argv[0], address, step.ray_nodes)
+            wait_for_ray(
+                nodes[0],
+                ray_head.handle,
+                head.main.argv[0],
+                address,
+                step.ray_nodes,
+                timeout=min(budget, RAY_WAIT_S),
+            )
 
 
 def wait_for_ray(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from sm120.cluster.ssh_node import RUN_ROOT, SshNode
 from sm120.render.multinode import NodeAddress
 
 RUNTIMES = ("native", "docker")
+RUN_ROOT_ENV = "SM120_NODE_RUN_ROOT"
 
 
 def make_nodes(
@@ -22,8 +24,10 @@ def make_nodes(
 ) -> list[Node]:
     """native: the engine's Python over SSH; docker: each host's Docker engine over ssh://."""
     if runtime == "native":
+        # Where each node keeps pid, log and exit files of what sm120 started there.
+        run_root = os.environ.get(RUN_ROOT_ENV, RUN_ROOT)
         return [
-            SshNode(node.host, rank=rank, python=python, options=ssh_options)
+            SshNode(node.host, rank=rank, python=python, options=ssh_options, run_root=run_root)
             for rank, node in enumerate(addresses)
         ]
     if runtime == "docker":

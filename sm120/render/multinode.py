@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sm120.plan import LaunchPlan
@@ -62,6 +62,8 @@ class NodeProcess:
     argv: tuple[str, ...]
     # The engine that serves the API gets the API key added by the launcher, nobody else.
     serves_api: bool = False
+    # Variables for this process only, on top of the node's environment.
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class NodeLaunch:
     def main(self) -> NodeProcess:
         return self.processes[-1]
 
+    def env_for(self, process: NodeProcess) -> dict[str, str]:
+        return {**self.env, **process.env}
+
     def as_dict(self) -> dict[str, Any]:
         """The `nodes` entries of `launch --dry-run --json`."""
         return {
@@ -89,9 +94,9 @@ class NodeLaunch:
             "address": self.address,
             "image": self.image,
             "argv": list(self.main.argv),
-            "env": dict(self.env),
+            "env": self.env_for(self.main),
             "services": [
-                {"name": process.name, "argv": list(process.argv)}
+                {"name": process.name, "argv": list(process.argv), "env": self.env_for(process)}
                 for process in self.processes[:-1]
             ],
         }
@@ -144,7 +149,6 @@ def _launch(
     nodes: Sequence[NodeAddress],
     rank: int,
     processes: tuple[NodeProcess, ...],
-    env: dict[str, str] | None = None,
 ) -> NodeLaunch:
     node = nodes[rank]
     return NodeLaunch(
@@ -153,7 +157,7 @@ def _launch(
         host=node.host,
         address=node.address,
         image=plan.image_ref,
-        env=env if env is not None else node_env(plan, layout, node),
+        env=node_env(plan, layout, node),
         processes=processes,
         gpus=layout.gpus_per_node,
     )
@@ -196,10 +200,9 @@ def _ray_node(
     python = api_argv[0]
     head = f"{nodes[0].address}:{layout.ray_port}"
     resources = [f"--node-ip-address={nodes[rank].address}", f"--num-gpus={layout.gpus_per_node}"]
-    env = node_env(plan, layout, nodes[rank])
     if rank > 0:
         worker = (python, *RAY_CLI, "start", f"--address={head}", *resources, "--block")
-        return _launch(plan, layout, nodes, rank, (NodeProcess("ray-worker", worker),), env)
+        return _launch(plan, layout, nodes, rank, (NodeProcess("ray-worker", worker),))
     ray_head = (
         python,
         *RAY_CLI,
@@ -209,10 +212,10 @@ def _ray_node(
         *resources,
         "--block",
     )
-    # Connect to this cluster, never start a private one on the head.
-    env["RAY_ADDRESS"] = head
-    processes = (NodeProcess("ray-head", ray_head), NodeProcess("engine", tuple(api_argv), True))
-    return _launch(plan, layout, nodes, rank, processes, env)
+    # The engine connects to this cluster, never starts a private one on the head.
+    engine = NodeProcess("engine", tuple(api_argv), True, {"RAY_ADDRESS": head})
+    processes = (NodeProcess("ray-head", ray_head), engine)
+    return _launch(plan, layout, nodes, rank, processes)
 
 
 def _without(flags: list[str], names: tuple[str, ...]) -> list[str]:
