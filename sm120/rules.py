@@ -146,6 +146,16 @@ def _known_choices(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             yield f"{problem} for the {plan.image.flavour} engine build"
 
 
+@rule("S08", "error", "the CPU build of vLLM has no Ray executor")
+def _cpu_ray(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    # vllm/v1/executor/ray_utils.py (0.32): "current platform cpu does not support ray".
+    if plan.image.flavour == "cpu" and plan.arg("distributed-executor-backend") == "ray":
+        yield (
+            "vLLM's CPU build refuses the Ray executor ('current platform cpu does not support "
+            "ray'); use the native multi-node executor (multinode.executor=native)"
+        )
+
+
 @rule("F02", "error", "attention backend names are uppercase enum names")
 def _attention_backend_name(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     backend = plan.arg("attention-backend")

@@ -78,6 +78,34 @@ def test_stop_records_how_it_ended_and_leaves_no_process(node: SshNode) -> None:
     assert agent.group_members(pgid) == []
 
 
+def in_session(sid: int) -> list[int]:
+    """Live processes of session `sid`, read from /proc independently of the agent."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_stop_reaches_children_that_lead_their_own_group(node: SshNode) -> None:
+    # Ray's workers each lead a process group inside the daemon's session.
+    script = (
+        "import os,subprocess,time; "
+        "subprocess.Popen(['sleep','60'], preexec_fn=os.setpgrp); time.sleep(60)"
+    )
+    handle = start(node, script)
+    pgid = int((Path(handle) / "pgid").read_text())
+    wait_for(lambda: len(in_session(pgid)) >= 3)
+    own_group = [pid for pid in in_session(pgid) if os.getpgid(pid) != pgid]
+    assert len(own_group) == 1
+    node.stop(handle, timeout=5)
+    assert in_session(pgid) == []
+
+
 def test_stop_falls_back_to_sigkill(node: SshNode) -> None:
     script = (
         "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -119,6 +119,10 @@ def cluster(fake: FakeCluster, tmp_path: Path) -> Iterator[Cluster]:
         made.sm120("stop", "--timeout", "5")
 
 
+# The fake engine plays Ray's part; the real CPU build refuses the Ray executor (rule S08).
+RAY = ("--force", "S08", "--set", "multinode.executor=ray", "--set")
+
+
 def starts(fake: FakeCluster) -> list[str]:
     """Hosts of the agent 'start' calls, in order."""
     return [call.split()[0] for call in fake.ssh_calls() if call.endswith(" start")]
@@ -262,9 +266,8 @@ def test_ray_layout_starts_head_then_workers_then_serves(cluster: Cluster, tmp_p
     ray_dir = tmp_path / "ray"
     ray_dir.mkdir()
     launched = cluster.launch(
-        "--set",
+        *RAY,
         f"multinode.ray_port={cluster.port}",
-        variant="2node-ray",
         FAKE_RAY_DIR=str(ray_dir),
     )
     assert launched.returncode == 0, launched.stderr
@@ -279,11 +282,10 @@ def test_ray_worker_that_never_joins_fails_the_launch(cluster: Cluster, tmp_path
     ray_dir = tmp_path / "ray"
     ray_dir.mkdir()
     launched = cluster.launch(
-        "--set",
+        *RAY,
         f"multinode.ray_port={cluster.port}",
         "--timeout",
         "6",
-        variant="2node-ray",
         FAKE_RAY_DIR=str(ray_dir),
         FAKE_ENGINE="ray-worker-lost",
     )

@@ -60,7 +60,20 @@ def test_dry_run_json_has_one_object_per_node(cli: CliRunner) -> None:
 
 
 def test_dry_run_text_lists_the_nodes(cli: CliRunner) -> None:
-    code, out, _ = invoke(cli, "launch", "tiny", "-V", "2node-ray", "--nodes", PAIR, "--dry-run")
+    code, out, _ = invoke(
+        cli,
+        "launch",
+        "tiny",
+        "-V",
+        "2node",
+        "--set",
+        "multinode.executor=ray",
+        "--force",
+        "S08",
+        "--nodes",
+        PAIR,
+        "--dry-run",
+    )
     assert code == 0
     assert "node0 head root@10.0.0.1" in out
     assert "ray-head: python3 -m ray.scripts.scripts start --head" in out
@@ -102,7 +115,7 @@ def test_docker_dry_run_mounts_the_model(cli: CliRunner) -> None:
         (
             ["tiny", "--nodes", PAIR],
             "Error: tiny has no multi-node layout in the chosen variants (hint: pick one with "
-            "-V: 2node, 2node-ray)",
+            "-V: 2node)",
         ),
         (
             ["glm47", "--nodes", PAIR],

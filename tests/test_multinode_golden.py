@@ -31,7 +31,6 @@ Case = tuple[str, str, str, tuple[str, ...], str, str | None]
 # recipe, variant, --nodes, extra --set, runtime, --model-dir
 CASES: list[Case] = [
     ("tiny", "2node", PAIR, IF_ETH1, "native", None),
-    ("tiny", "2node-ray", PAIR, (), "native", None),
     ("dsv4", "gb10x2", "192.168.100.10,192.168.100.11", GB10_IF, "native", None),
     ("dsv4", "gb10x2", "spark1,spark2", (), "docker", DSV4_DIR),
     ("dsv4", "gb10x4-ep4", FOUR, GB10_IF, "native", None),

@@ -100,7 +100,7 @@ def test_ray_head_runs_ray_then_the_engine_with_ray_address() -> None:
 
 
 def test_ray_workers_join_the_head() -> None:
-    nodes = launches("tiny", "2node-ray", PAIR)
+    nodes = launches("tiny", "2node", PAIR, "multinode.executor=ray")
     worker = nodes[1]
     assert worker.main.name == "ray-worker"
     assert list(worker.main.argv[3:]) == [

@@ -161,7 +161,9 @@ def _exit_record(run_dir: Path) -> dict[str, Any] | None:
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of the group."""
+    """Live (not zombie) processes the supervisor's session holds: its process group, and the
+    groups some engines give their own children (Ray's workers each lead one, in the same
+    session). The supervisor leads the session, so session id = its pid = pgid."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -171,9 +173,15 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = text[text.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        if pgid in (int(fields[2]), int(fields[3])) and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def signal_members(pgid: int, signum: int) -> None:
+    for pid in group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def status(request: dict[str, Any]) -> None:
@@ -194,12 +202,10 @@ def stop(request: dict[str, Any]) -> None:
     killed = False
     if pgid is not None and group_members(pgid):
         # The supervisor ignores SIGTERM, so it stays to record how the engine ended.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
+        signal_members(pgid, signal.SIGTERM)
         if not _wait_empty(pgid, timeout):
             killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
+            signal_members(pgid, signal.SIGKILL)
             _wait_empty(pgid, KILL_GRACE)
     record = _exit_record(run_dir)
     left = len(group_members(pgid)) if pgid is not None else 0
