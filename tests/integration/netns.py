@@ -47,6 +47,7 @@ class TwoHosts:
     hosts: tuple[NetnsHost, NetnsHost]
     bridge: str
     key: Path
+    veths: tuple[str, ...] = ()
     ifname: str = IFACE
 
     @property
@@ -74,6 +75,14 @@ def namespaces() -> set[str]:
     return {line.split()[0] for line in run("ip", "netns", "list").stdout.splitlines() if line}
 
 
+def wait_links_gone(names: set[str], timeout: float = 10.0) -> set[str]:
+    """Links the kernel still lists (a veth goes a moment after its namespace)."""
+    deadline = time.monotonic() + timeout
+    while names & links() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return names & links()
+
+
 def links() -> set[str]:
     out = run("ip", "-o", "link", "show").stdout
     return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
@@ -98,7 +107,8 @@ def two_hosts(workdir: Path) -> Iterator[TwoHosts]:
             made.append(NetnsHost(namespace, address, _sshd(namespace, address, keys)))
         for host in made:
             _wait_for_ssh(host, keys / "client")
-        yield TwoHosts((made[0], made[1]), bridge, keys / "client")
+        veths = tuple(f"{tag}v{index}" for index in (1, 2))
+        yield TwoHosts((made[0], made[1]), bridge, keys / "client", veths)
     finally:
         for host in made:
             host.sshd.terminate()

