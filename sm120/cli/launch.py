@@ -71,8 +71,8 @@ def launch(
     nodes: str | None = typer.Option(
         None,
         "--nodes",
-        help="Span hosts, head first: HOST1,HOST2,... ([user@]host; SSH, or Docker over "
-        "ssh:// with --runtime docker). Needs a multi-node variant.",
+        help="Span hosts, head first: HOST1,HOST2,... (host or user@host; SSH, or Docker "
+        "over ssh:// with --runtime docker). Needs a multi-node variant.",
     ),
     ssh_option: list[str] = typer.Option(
         [], "--ssh-option", help="An ssh -o option for --nodes, e.g. IdentityFile=~/.ssh/k."
