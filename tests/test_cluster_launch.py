@@ -296,3 +296,43 @@ def test_ray_worker_that_never_joins_fails_the_launch(cluster: Cluster, tmp_path
     )
     assert starts(cluster.fake) == ["node-a", "node-b"]  # the engine never started
     cluster.assert_nothing_left()
+
+
+class StubHead:
+    """Just enough of a Node for wait_for_ray: a head whose Ray daemon may die."""
+
+    label = "node0 (stub)"
+
+    def __init__(self, counts: list[str], running: bool = True) -> None:
+        self.counts = counts
+        self.running = running
+        self.commands: list[list[str]] = []
+
+    def status(self, handle: str) -> object:
+        from sm120.cluster.node import ProcessState
+
+        return ProcessState(running=self.running)
+
+    def run(self, handle: str, argv: list[str], timeout: float) -> tuple[int, str]:
+        self.commands.append(argv)
+        return 0, self.counts.pop(0) if self.counts else "1\n"
+
+
+def test_wait_for_ray_polls_until_every_node_counts() -> None:
+    from sm120.cluster.launch import RAY_NODES, wait_for_ray
+
+    head = StubHead(["ray noise\n1\n", "2\n"])
+    wait_for_ray(head, "h", "/py", "10.0.0.1:6379", 2, timeout=5, poll=0.01)  # type: ignore[arg-type]
+    assert head.commands == [["/py", "-c", RAY_NODES, "10.0.0.1:6379"]] * 2
+
+
+def test_wait_for_ray_fails_when_the_head_dies() -> None:
+    from sm120.cluster.launch import wait_for_ray
+    from sm120.lifecycle.launcher import LaunchError
+
+    with pytest.raises(LaunchError) as caught:
+        wait_for_ray(StubHead([], running=False), "h", "/py", "a:1", 2, timeout=5, poll=0.01)  # type: ignore[arg-type]
+    assert caught.value.one_line() == (
+        "node0 (stub): the Ray head ended before the cluster formed (hint: its output is in the "
+        "deployment log (sm120 logs))"
+    )

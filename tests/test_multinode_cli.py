@@ -150,7 +150,10 @@ def test_multinode_plan_without_nodes_is_refused(cli: CliRunner) -> None:
     )
 
 
-def test_ssh_nodes_need_the_engine_python_for_gpu_recipes(cli: CliRunner) -> None:
+def test_ssh_nodes_need_the_engine_python_for_gpu_recipes(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)  # set for integration runs
     code, _, err = invoke(
         cli, "launch", "dsv4", "-V", "gb10x2", "--nodes", "10.0.0.1,10.0.0.2", "--model-dir", "/m"
     )

@@ -149,3 +149,26 @@ def test_render_refuses_a_wrong_node_count() -> None:
     plan = resolve(PlanRequest(recipe="tiny", variants=("2node",)))
     with pytest.raises(ValueError, match="layout needs 2 nodes, got 3"):
         render_nodes(plan, parse_nodes("a,b,c"))
+
+
+def test_api_host_is_where_this_machine_reaches_the_head() -> None:
+    from sm120.cluster.launch import reachable_api_host
+    from sm120.render.multinode import NodeAddress
+
+    head = NodeAddress("root@10.9.9.9", "10.9.9.9")
+    assert reachable_api_host("0.0.0.0", head) == "10.9.9.9"
+    assert reachable_api_host("10.9.9.9", head) == "10.9.9.9"
+    assert reachable_api_host("127.0.0.1", NodeAddress("me", "127.0.0.1")) == "127.0.0.1"
+
+
+def test_loopback_api_on_a_remote_head_is_refused() -> None:
+    from sm120.cluster.launch import reachable_api_host
+    from sm120.lifecycle.launcher import LaunchError
+    from sm120.render.multinode import NodeAddress
+
+    with pytest.raises(LaunchError) as caught:
+        reachable_api_host("127.0.0.1", NodeAddress("root@10.9.9.9", "10.9.9.9"))
+    assert caught.value.one_line() == (
+        "the API would listen on 127.0.0.1 of root@10.9.9.9, which this machine cannot reach "
+        "(hint: --host 10.9.9.9 (or run sm120 on the head))"
+    )
