@@ -175,7 +175,8 @@ def test_tools_gate_reaches_both_apis_and_fails_cleanly(served: dict[str, Any]) 
         assert not any("request failed" in f for f in case["failures"]), case["failures"]
         assert case["turns"][0]["prompt_tokens"] > 0
     assert messages["api"] == "messages"
-    assert "no tool_use block on /v1/messages (F06)" in messages["failures"][0] or (
+    # the random tiny model may also fail the garbage check first: look at every failure
+    assert any("no tool_use block on /v1/messages (F06)" in f for f in messages["failures"]) or (
         "F05" in messages["failure_ids"]
     )
 
