@@ -18,6 +18,10 @@ def _data(name: str) -> Any:
     return yaml.safe_load(resources.files("sm120.data").joinpath(name).read_text("utf-8"))
 
 
+# Rendered per node from the multinode layout (see sm120/render/multinode.py).
+MULTINODE_FLAGS = frozenset({"nnodes", "node-rank", "master-addr", "master-port", "headless"})
+
+
 @dataclass(frozen=True)
 class FlagSpec:
     name: str
@@ -46,10 +50,12 @@ class EngineFlags:
 
     def spec(self, name: str) -> FlagSpec:
         if name in self.reserved:
-            raise PlanError(
-                f"'{name}' is set by sm120 itself, not by a recipe flag",
-                "use --model-dir, --port, --host or the recipe's model.served_name",
+            hint = (
+                "multi-node flags come from the recipe's multinode layout and --nodes"
+                if name in MULTINODE_FLAGS
+                else "use --model-dir, --port, --host or the recipe's model.served_name"
             )
+            raise PlanError(f"'{name}' is set by sm120 itself, not by a recipe flag", hint)
         if name not in self.flags:
             raise PlanError(
                 f"unknown {self.engine} flag '{name}'{did_you_mean(name, self.flags)}",

@@ -49,6 +49,8 @@ def check_force_ids(force: tuple[str, ...]) -> None:
 def checked_plan(request: PlanRequest, hardware: Hardware | None = None) -> CheckedPlan:
     check_force_ids(request.force)
     plan = resolve(request)
+    if hardware is None and plan.multinode is not None:
+        hardware = assumed(plan.hardware)  # each node is checked by the per-node preflight
     hw = hardware or detect() or assumed(plan.hardware)
     return CheckedPlan(plan, hw, evaluate(plan, hw))
 
@@ -56,7 +58,7 @@ def checked_plan(request: PlanRequest, hardware: Hardware | None = None) -> Chec
 def plan_document(checked: CheckedPlan) -> dict[str, Any]:
     """The `--json` form of a plan: stable keys scripts can rely on."""
     plan = checked.plan
-    return {
+    document = {
         "recipe": plan.recipe,
         "variant": ",".join(plan.variants) or None,
         "variants": list(plan.variants),
@@ -94,3 +96,6 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
         "timeouts": plan.timeouts.model_dump(),
         "monitor": plan.monitor.model_dump(),
     }
+    if plan.multinode is not None:
+        document["multinode"] = plan.multinode.model_dump()
+    return document

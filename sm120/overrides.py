@@ -23,6 +23,7 @@ SETTABLE_SECTIONS = (
     "derive",
     "monitor",
     "args",
+    "multinode",
 )
 SETTABLE_SCALARS = ("thinking",)
 
@@ -73,6 +74,10 @@ def _check_section_key(path: tuple[str, ...], text: str) -> None:
     if path[0] in ("env", "args"):
         return
     section = Recipe.model_fields[path[0]].annotation
+    # An optional section (multinode) is annotated `Model | None`: look inside the union.
+    for member in getattr(section, "__args__", ()):
+        if hasattr(member, "model_fields"):
+            section = member
     fields = getattr(section, "model_fields", {})
     if len(path) != 2 or path[1] not in fields:
         dotted = ".".join(path)

@@ -31,6 +31,7 @@ from sm120.recipe.schema import (
     ImageSpec,
     ModelSource,
     MonitorSpec,
+    MultiNode,
     Recipe,
     SmokeSpec,
     Timeouts,
@@ -86,6 +87,7 @@ class LaunchPlan:
     forced: tuple[str, ...]
     provenance: Mapping[str, str]
     plan_hash: str
+    multinode: MultiNode | None = None
 
     def arg(self, name: str, default: Any = None) -> Any:
         for key, value in self.args:
@@ -128,6 +130,7 @@ class _Work:
     smoke: dict[str, Any]
     timeouts: dict[str, Any]
     monitor: dict[str, Any]
+    multinode: dict[str, Any] | None = None
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = 8000
@@ -161,6 +164,7 @@ def _start(recipe: Recipe) -> _Work:
         timeouts=recipe.timeouts.model_dump(),
         monitor=recipe.monitor.model_dump(),
         port=recipe.default_port,
+        multinode=recipe.multinode.model_dump() if recipe.multinode else None,
     )
     work.provenance.update({f"args.{k}": "recipe" for k in work.args})
     work.provenance.update({f"env.{k}": "recipe" for k in work.env})
@@ -192,6 +196,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.derive = variant.derive.model_dump()
     if variant.smoke is not None:
         work.smoke = variant.smoke.model_dump()
+    if variant.multinode is not None:
+        work.multinode = variant.multinode.model_dump()
 
 
 def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
@@ -205,7 +211,12 @@ def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
             raise PlanError(f"--set thinking expects true or false, got {value!r}", "")
         work.thinking = value
     else:
-        section: dict[str, Any] = getattr(work, path[0])
+        section: dict[str, Any] | None = getattr(work, path[0])
+        if section is None:  # only multinode is optional
+            raise PlanError(
+                f"--set {assignment.text}: the plan has no multi-node layout",
+                "pick a multi-node variant first (sm120 recipes show NAME lists them)",
+            )
         section[path[1]] = value
         work.provenance[".".join(path)] = layer
 
@@ -297,6 +308,69 @@ def _derive(work: _Work, pending: list[str]) -> dict[str, Any]:
     }
 
 
+# Flags a multi-node layout decides; the layer that set them last must agree with it.
+_USER_LAYERS = (".env", "environment", "command line")
+
+
+def layout_args(layout: MultiNode) -> dict[str, Any]:
+    """The engine flags a layout stands for (None removes a flag)."""
+    return {
+        "tensor-parallel-size": layout.tensor_parallel,
+        "pipeline-parallel-size": layout.pipeline_parallel
+        if layout.pipeline_parallel > 1
+        else None,
+        "enable-expert-parallel": True if layout.expert_parallel > 1 else None,
+        "distributed-executor-backend": "ray" if layout.executor == "ray" else "mp",
+    }
+
+
+def check_layout(layout: MultiNode) -> None:
+    world = layout.tensor_parallel * layout.pipeline_parallel
+    shape = f"TP {layout.tensor_parallel} x PP {layout.pipeline_parallel} = {world} ranks"
+    if world % layout.nodes:
+        raise PlanError(
+            f"multinode: {shape} do not split evenly over {layout.nodes} nodes",
+            "every node runs world size / nodes ranks; change tensor_parallel, "
+            "pipeline_parallel or nodes",
+        )
+    if layout.gpus_per_node and world != layout.nodes * layout.gpus_per_node:
+        raise PlanError(
+            f"multinode: {shape} but {layout.nodes} nodes x {layout.gpus_per_node} GPUs = "
+            f"{layout.nodes * layout.gpus_per_node} GPUs",
+            "one rank per GPU: make TP x PP equal nodes x gpus_per_node",
+        )
+    if layout.expert_parallel not in (1, layout.tensor_parallel):
+        raise PlanError(
+            f"multinode: expert_parallel {layout.expert_parallel} must be 1 or equal "
+            f"tensor_parallel {layout.tensor_parallel}",
+            "vLLM spreads experts over the tensor-parallel ranks (--enable-expert-parallel)",
+        )
+
+
+def _apply_layout(work: _Work) -> None:
+    if work.multinode is None:
+        return
+    if work.engine != "vllm":
+        raise PlanError(
+            f"multinode: the layout needs vLLM's distributed executor, not {work.engine}",
+            "serve it on one host, or pick a vLLM variant",
+        )
+    layout: MultiNode = _validated(MultiNode, work.multinode, "multinode")
+    check_layout(layout)
+    for name, value in layout_args(layout).items():
+        layer = work.provenance.get(f"args.{name}")
+        if layer in _USER_LAYERS and work.args.get(name) != value:
+            raise PlanError(
+                f"{name}={work.args.get(name)} ({layer}) conflicts with the multi-node layout",
+                "change the layout instead, e.g. --set multinode.tensor_parallel=4",
+            )
+        if value is None:
+            work.args.pop(name, None)
+            work.provenance.pop(f"args.{name}", None)
+        else:
+            work.set_arg(name, value, "multinode layout")
+
+
 def _default_model_dir(work: _Work) -> str | None:
     if work.model.get("generated") == "tiny":
         from sm120.state import sm120_home  # deferred: keeps --help fast
@@ -335,6 +409,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         work.model_dir = _default_model_dir(work)
     elif work.model_dir:
         work.model_dir = str(Path(work.model_dir).expanduser().resolve())
+    _apply_layout(work)
     _check_args(work)
     pending: list[str] = []
     derived = _derive(work, pending)
@@ -371,6 +446,8 @@ def _freeze(
         "env": work.env,
         "forced": forced,
     }
+    if work.multinode is not None:  # keeps single-host plan hashes as they were
+        identity["multinode"] = work.multinode
     return LaunchPlan(
         recipe=recipe.name,
         title=recipe.title,
@@ -395,4 +472,5 @@ def _freeze(
         forced=forced,
         provenance=dict(work.provenance),
         plan_hash=_hash(identity),
+        multinode=_validated(MultiNode, work.multinode, "multinode") if work.multinode else None,
     )

@@ -85,6 +85,9 @@ def _fits_gpus(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     needed = _tp(plan) * _int(plan, "pipeline-parallel-size", 1)
     if plan.hardware.gpus == 0:
         return
+    if plan.multinode is not None:
+        # Each node brings its share; the per-node preflight counts the GPUs of every node.
+        needed = plan.multinode.gpus_per_node
     if needed > hw.gpus:
         yield (
             f"TP x PP = {needed} GPUs but {hw.describe()} has {hw.gpus}; lower "
@@ -141,6 +144,16 @@ def _known_choices(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
         if problem:
             yield f"{problem} for the {plan.image.flavour} engine build"
+
+
+@rule("S08", "error", "the CPU build of vLLM has no Ray executor")
+def _cpu_ray(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    # vllm/v1/executor/ray_utils.py (0.32): "current platform cpu does not support ray".
+    if plan.image.flavour == "cpu" and plan.arg("distributed-executor-backend") == "ray":
+        yield (
+            "vLLM's CPU build refuses the Ray executor ('current platform cpu does not support "
+            "ray'); use the native multi-node executor (multinode.executor=native)"
+        )
 
 
 @rule("F02", "error", "attention backend names are uppercase enum names")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sm120.cli.serving import GateRequest
     from sm120.plan import LaunchPlan as PlanT
     from sm120.plan import PlanRequest
+    from sm120.render.multinode import NodeAddress, NodeLaunch
 
 
 def register(app: typer.Typer) -> None:
@@ -76,6 +77,15 @@ def launch(
     network: str = typer.Option(
         "bridge", "--network", help="Docker runtime: bridge (port published) or host."
     ),
+    nodes: str | None = typer.Option(
+        None,
+        "--nodes",
+        help="Span hosts, head first: HOST1,HOST2,... (host or user@host; SSH, or Docker "
+        "over ssh:// with --runtime docker). Needs a multi-node variant.",
+    ),
+    ssh_option: list[str] = typer.Option(
+        [], "--ssh-option", help="An ssh -o option for --nodes, e.g. IdentityFile=~/.ssh/k."
+    ),
     name: str | None = typer.Option(None, "--name", help="Deployment name (default: recipe)."),
     vllm_python: str | None = typer.Option(
         None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
@@ -106,28 +116,63 @@ def launch(
 
     gate_request = _gate_request(gate, keep_on_fail, gate_max_tokens)
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
+    addresses = None
+    if nodes is not None:
+        from sm120.cluster.hosts import parse_nodes
+
+        addresses = parse_nodes(nodes)
     hardware = declared(gpus, arch)
-    if hardware is None and not dry_run:
+    # Nodes of a multi-node plan are checked one by one at launch, not against this machine.
+    if hardware is None and not dry_run and addresses is None:
         from sm120.hardware import Hardware, detect
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     _check_runtime(runtime, network)
     checked = checked_plan(request, hardware)
-    request, checked = _weights_dir(request, checked)
+    launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
+    if addresses is None:
+        # The weights of a multi-node plan sit at one path on every node: no local default.
+        request, checked = _weights_dir(request, checked)
     if dry_run:
+        document = plan_document(checked)
+        if launches is not None:
+            document["nodes"] = [launch.as_dict() for launch in launches]
         if as_json:
-            document = plan_document(checked)
-            if runtime == "docker":
+            if runtime == "docker" and launches is None:
                 document["container"] = _container_preview(checked.plan, name, network)
             typer.echo(json.dumps(document, indent=2))
         else:
-            from sm120.cli.present import show_plan
+            from sm120.cli.present import show_nodes, show_plan
 
             show_plan(checked)
+            if launches is not None:
+                show_nodes(launches)
         if checked.failed:
             raise typer.Exit(1)
         return
+    if addresses is None:
+        from sm120.cluster.hosts import require_nodes
+
+        require_nodes(checked.plan)
     checked.raise_on_failure()
+    if addresses is not None:
+        from sm120.cli.serving import serve
+        from sm120.cluster.launch import ClusterRequest
+        from sm120.errors import SM120Error
+        from sm120.lifecycle.launcher import LaunchOptions
+
+        if gate_request is not None:
+            raise SM120Error("--gate is for one host", "run 'sm120 test' once READY instead")
+        options = LaunchOptions(
+            name=name or checked.plan.recipe,
+            vllm_python=vllm_python,
+            api_key=api_key,
+            replace=replace,
+            timeout_s=timeout,
+            monitor=not no_monitor,
+        )
+        cluster = ClusterRequest(addresses, runtime, tuple(ssh_option))
+        raise typer.Exit(serve(checked, options, foreground=foreground, cluster=cluster))
     from sm120.lifecycle.launcher import preflight_or_stop, running_deployment
 
     # A second launch of a running deployment is refused before anything long starts.
@@ -239,6 +284,22 @@ def _gate_request(
             f"--gate-max-tokens must be 1 or more, got {max_tokens}", "or leave it out"
         )
     return GateRequest(tuple(suites), keep_on_fail, max_tokens)
+
+
+def _node_launches(
+    checked: CheckedPlan, addresses: list[NodeAddress], runtime: str
+) -> list[NodeLaunch]:
+    from sm120.cluster.hosts import check_nodes_fit
+    from sm120.recipe.loader import load_recipe
+    from sm120.render.compose import CONTAINER_MODEL_DIR
+    from sm120.render.multinode import render_nodes
+
+    plan = checked.plan
+    check_nodes_fit(plan, load_recipe(plan.recipe), addresses)
+    docker = runtime == "docker" and plan.model_dir
+    return render_nodes(
+        plan, addresses, container_model_dir=CONTAINER_MODEL_DIR if docker else None
+    )
 
 
 def _ask(question: str) -> bool:

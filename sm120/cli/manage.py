@@ -46,8 +46,14 @@ def status(
 def _status_text(row: dict[str, object]) -> str:
     lines = [f"{row['name']}  ({row['recipe']}, {row['runtime']} runtime, plan {row['plan_hash']})"]
     if row["running"]:
-        where = f"container {row['container']}" if row.get("container") else f"pid {row['pid']}"
-        lines.append(f"  running   {where} since {row['since']} ({row['uptime']})")
+        if row.get("container"):
+            where = f"container {row['container']} "
+        else:
+            where = f"pid {row['pid']} " if row["pid"] else ""
+        lines.append(f"  running   {where}since {row['since']} ({row['uptime']})")
+        nodes = row.get("nodes")
+        if isinstance(nodes, list) and nodes:
+            lines.append(f"  nodes     {', '.join(map(str, nodes))} (head first)")
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")

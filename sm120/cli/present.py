@@ -12,6 +12,7 @@ from sm120.checks import CheckedPlan
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
+from sm120.render.multinode import NodeLaunch
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "forced": "magenta"}
 
@@ -146,3 +147,19 @@ def _show_rules(console: Console, checked: CheckedPlan) -> None:
             )
     passed = sum(1 for r in checked.results if r.status == "pass")
     console.print(f"  {passed}/{len(checked.results)} rules pass")
+
+
+def show_nodes(launches: list[NodeLaunch]) -> None:
+    """Per node of a multi-node plan: where it runs and what, in start order within the node."""
+    console = Console()
+    for launch in launches:
+        console.print(f"\n[bold]node{launch.rank}[/bold] {launch.role} {launch.host}")
+        for process in launch.processes:
+            console.print(f"  {process.name}: {shlex.join(process.argv)}", soft_wrap=True)
+        node_only = {
+            k: v
+            for k, v in launch.env.items()
+            if k.endswith("_IFNAME") or k.startswith(("VLLM_HOST_IP", "RAY_"))
+        }
+        for key, value in node_only.items():
+            console.print(f"  {key}={value}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -18,6 +19,9 @@ from sm120.phases import Phase
 from sm120.runtime.base import Runtime
 from sm120.runtime.native import NativeRuntime
 from sm120.state import clear_state
+
+if TYPE_CHECKING:
+    from sm120.cluster.launch import ClusterRequest
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
@@ -40,22 +44,36 @@ def serve(
     runtime: str = "native",
     foreground: bool,
     gate: GateRequest | None = None,
+    cluster: ClusterRequest | None = None,
 ) -> int:
-    engine_runtime = _runtime(runtime)
+    engine_runtime: Runtime
+    if cluster is not None:
+        from sm120.cluster.runtime import ClusterRuntime
+
+        # --runtime applies per node (SSH or Docker over ssh://), inside the cluster runtime.
+        engine_runtime = ClusterRuntime()
+    else:
+        engine_runtime = _runtime(runtime)
     plan = checked.plan
     # SIGTERM to the launcher (e.g. a CI timeout) cleans up like Ctrl-C does.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     timeout = options.timeout_s or plan.timeouts.ready_s
     try:
         with PhaseProgress(plan.recipe, timeout) as progress:
-            ready = launch(checked, engine_runtime, options, progress.message, progress.update)
+            if cluster is not None:
+                from sm120.cluster.launch import launch_cluster
+
+                ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
+            else:
+                ready = launch(checked, engine_runtime, options, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):
             sys.stderr.write(line + "\n")
         report(exc)
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted: the engine was stopped and nothing is left running\n")
+        what = "every node was stopped" if cluster else "the engine was stopped"
+        sys.stderr.write(f"interrupted: {what} and nothing is left running\n")
         return 130
     except SM120Error as exc:
         report(exc)
@@ -138,7 +156,7 @@ def banner(ready: Ready) -> None:
     console.print()
     console.print(f"[bold green]READY[/bold green] {plan.recipe} answered: {ready.answer!r}")
     console.print(
-        f"  endpoint  http://{plan.host}:{plan.port}/v1   model: {plan.model.served_name}"
+        f"  endpoint  http://{ready.state.host}:{plan.port}/v1   model: {plan.model.served_name}"
     )
     console.print(f'  chat      sm120 chat "hello"   (API key: {ready.state.api_key_file})')
     console.print(f"  manage    sm120 status | sm120 logs -f | sm120 stop {name}")

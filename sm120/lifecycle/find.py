@@ -20,6 +20,10 @@ def runtime_for(state: DeploymentState) -> Runtime:
         from sm120.runtime.docker import DockerRuntime
 
         return DockerRuntime()
+    if state.runtime == "cluster":
+        from sm120.cluster.runtime import ClusterRuntime
+
+        return ClusterRuntime()
     raise NoDeployment(
         f"deployment {state.name} uses unknown runtime '{state.runtime}'", "upgrade sm120"
     )

@@ -236,8 +236,9 @@ def _wait_and_smoke(
     plan = checked.plan
     key = read_api_key(state.api_key_file)
     timeout = options.timeout_s or plan.timeouts.ready_s
+    # The state's host: where the API is reached from here (a multi-node head's address).
     with ServerClient(
-        f"http://{_client_host(plan.host)}:{plan.port}",
+        f"http://{_client_host(state.host)}:{state.port}",
         key,
         timeout=max(60.0, plan.smoke.max_tokens / 2),
     ) as client:

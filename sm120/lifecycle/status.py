@@ -62,6 +62,11 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         "log_path": state.log_path,
         "container": state.container_id[:12] if state.container_id else None,
     }
+    if state.runtime == "cluster":
+        from sm120.cluster.record import load_record
+
+        record = load_record(state.name)
+        row["nodes"] = [str(node["host"]) for node in record.nodes] if record else []
     if current.running:
         row["health"] = _health(base, read_api_key(state.api_key_file))
         metrics = _metrics(base)

@@ -214,6 +214,53 @@ class Derivations(Strict):
     )
 
 
+class MultiNode(Strict):
+    """How one engine spans several hosts, with the engine's own distributed executor."""
+
+    executor: Literal["native", "ray"] = Field(
+        description="'native': vLLM's own multi-node launcher (--nnodes, --node-rank, "
+        "--master-addr, --master-port on every node, --headless on the workers); 'ray': a Ray "
+        "head and workers, then --distributed-executor-backend ray on the head."
+    )
+    nodes: int = Field(
+        ge=2, description="How many hosts; --nodes must name exactly this many, the head first."
+    )
+    gpus_per_node: int = Field(
+        ge=0, description="GPUs the engine uses on each node (0 on CPU); one rank per GPU."
+    )
+    tensor_parallel: int = Field(ge=1, description="Tensor-parallel size across all nodes.")
+    pipeline_parallel: int = Field(
+        1, ge=1, description="Pipeline-parallel size (stages); 1 means no pipeline."
+    )
+    expert_parallel: int = Field(
+        1,
+        ge=1,
+        description="Expert-parallel size: 1 (off) or equal to tensor_parallel. vLLM spreads "
+        "experts over the TP ranks (--enable-expert-parallel); it has no separate EP size.",
+    )
+    socket_ifname: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.:@-]{1,15}$",
+        description="Network interface NCCL and Gloo use between nodes (NCCL_SOCKET_IFNAME, "
+        "GLOO_SOCKET_IFNAME). Null: the interface that carries each node's address, if it has "
+        "the same name everywhere. Preflight checks it exists, has the address and one MTU.",
+    )
+    master_port: int = Field(
+        29501,
+        ge=1,
+        le=65535,
+        description="TCP port on the head for the torch.distributed rendezvous (native).",
+    )
+    ray_port: int = Field(
+        6379, ge=1, le=65535, description="Port of the Ray head's GCS (ray executor)."
+    )
+    nccl_version: str | None = Field(
+        None,
+        description="NCCL version every node must carry, e.g. 2.30.7 (seed 001: a per-node "
+        "mismatch hangs the NCCL handshake). Null: the nodes need only agree.",
+    )
+
+
 class Variant(Strict):
     description: str = Field(description="What the variant changes and when to pick it.")
     engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
@@ -233,6 +280,9 @@ class Variant(Strict):
     thinking: bool | None = Field(None, description="Overrides whether replies reason first.")
     derive: Derivations | None = Field(None, description="Different derivations.")
     smoke: SmokeSpec | None = Field(None, description="Different READY probe budget.")
+    multinode: MultiNode | None = Field(
+        None, description="Serve across several hosts with this layout (sm120 launch --nodes)."
+    )
 
 
 class Recipe(Strict):
@@ -265,3 +315,8 @@ class Recipe(Strict):
         default_factory=MonitorSpec, description="The monitor and its watchdog."
     )
     default_port: int = Field(8000, ge=1, le=65535, description="Port when none is given.")
+    multinode: MultiNode | None = Field(
+        None,
+        description="Multi-node layout of the default; usually set by a variant instead, so the "
+        "single-host default stays the default.",
+    )

@@ -1,0 +1,145 @@
+"""The Runtime of a multi-node deployment: status, logs and stop through the local record.
+
+`status` and `follow` never reach out to the nodes: the log aggregator mirrors every node's
+output into serve.log and records the first process that ends in exit.json. `stop` reaches
+every node that has something started (engines first, then Ray daemons), then ends the
+aggregator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from sm120.cluster.aggregate import record_exit
+from sm120.cluster.node import NodeError
+from sm120.cluster.nodes import node_from
+from sm120.cluster.record import (
+    AGGREGATOR_LOG,
+    EXIT_FILE,
+    ClusterRecord,
+    StartedProcess,
+    load_record,
+    save_record,
+)
+from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
+from sm120.runtime.native import follow_log, group_alive, signal_group_except
+from sm120.state import DeploymentState, deployment_dir
+
+RUNTIME_NAME = "cluster"
+AGGREGATOR_MODULE = "sm120.cluster.aggregate"
+AGGREGATOR_GRACE = 5.0
+
+_aggregators: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ClusterRuntime:
+    kind = RUNTIME_NAME
+
+    def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
+        # Part of the Runtime protocol; one argv cannot describe several nodes.
+        raise NodeError(
+            f"{spec.name}: a multi-node deployment starts node by node",
+            "use sm120 launch NAME --nodes HEAD,WORKER,...",
+        )
+
+    def start_aggregator(self, name: str) -> int:
+        folder = deployment_dir(name)
+        (folder / EXIT_FILE).unlink(missing_ok=True)
+        (folder / "logs").mkdir(parents=True, exist_ok=True)
+        with (folder / AGGREGATOR_LOG).open("ab") as own_log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", AGGREGATOR_MODULE, name],
+                stdin=subprocess.DEVNULL,
+                stdout=own_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _aggregators[process.pid] = process
+        return process.pid
+
+    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+        record = load_record(state.name)
+        errors: list[NodeError] = []
+        if record is not None:
+            errors = stop_processes(state.name, record, timeout)
+        _end_group(state.supervisor_pid)
+        if errors:
+            raise errors[0]
+        return self.exit_info(state)
+
+    def status(self, state: DeploymentState) -> RuntimeStatus:
+        exit_info = self.exit_info(state)
+        running = exit_info is None and group_alive(state.supervisor_pid)
+        return RuntimeStatus(running=running, exit=exit_info, pid=None)
+
+    def exit_info(self, state: DeploymentState) -> ExitInfo | None:
+        return ExitInfo.read(Path(state.exit_file))
+
+    def follow(
+        self,
+        state: DeploymentState,
+        from_line: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[str]:
+        return follow_log(
+            Path(state.log_path),
+            from_line=from_line,
+            stop=stop or (lambda: False),
+            running=lambda: self.status(state).running,
+        )
+
+
+def stop_processes(name: str, record: ClusterRecord, timeout: float) -> list[NodeError]:
+    """Engines first (all nodes at once), then what they ran on (Ray daemons). Processes that
+    stopped are dropped from the record, so a retry after an unreachable node redoes only it."""
+    nodes = {int(item["rank"]): node_from(item) for item in record.nodes}
+    engines = [p for p in record.processes if p.name == "engine"]
+    others = [p for p in record.processes if p.name != "engine"]
+    errors: list[NodeError] = []
+    for stage in (engines, others):
+        if not stage:
+            continue
+
+        def stop_one(process: StartedProcess) -> NodeError | None:
+            try:
+                ending = nodes[process.rank].stop(process.handle, timeout)
+            except NodeError as exc:
+                return exc
+            if process.rank == 0 and process.name == "engine":
+                record_exit(deployment_dir(name) / EXIT_FILE, process.label, ending)
+            return None
+
+        with ThreadPoolExecutor(max_workers=len(stage)) as pool:
+            results = list(pool.map(stop_one, stage))
+        for process, error in zip(stage, results, strict=True):
+            if error is None:
+                record.processes.remove(process)
+            else:
+                errors.append(error)
+        save_record(name, record)
+    return errors
+
+
+def _end_group(pgid: int) -> None:
+    """The aggregator and its ssh followers: SIGTERM, then SIGKILL."""
+    if group_alive(pgid):
+        signal_group_except(pgid, signal.SIGTERM, spare=-1)
+        deadline = time.monotonic() + AGGREGATOR_GRACE
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if group_alive(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+    # Started by this process (a launch that failed): reap it, so no zombie stays behind.
+    started = _aggregators.pop(pgid, None)
+    if started is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            started.wait(timeout=AGGREGATOR_GRACE)
