@@ -81,7 +81,6 @@ def _container_ids(label: str) -> list[str]:
     return dockerstack.containers_with(label)
 
 
-
 def test_launch_chat_info_stop_in_a_container(tiny_image: dict[str, Any], tmp_path: Path) -> None:
     port = free_port()
     label = "sm120.deployment=tiny"
