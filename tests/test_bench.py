@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -278,11 +279,16 @@ def _state(runtime: str = "native", engine_pid: int | None = None) -> Deployment
 
 
 def test_engine_exec_seams(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    docker = Target(**{**target().__dict__, "state": _state("docker")})
+    # a container: docker exec with the plan's interpreter in the image
+    container = dataclasses.replace(_state("docker"), container_id="0123456789abcdef0123")
+    docker = Target(**{**target().__dict__, "state": container, "engine_python": "/opt/v/python"})
+    assert engine_exec_for(docker, None) == ContainerExec("0123456789ab", python="/opt/v/python")
+    # another runtime with no way in yet
+    cluster = Target(**{**target().__dict__, "state": _state("cluster")})
     with pytest.raises(BenchToolError) as caught:
-        engine_exec_for(docker, None)
+        engine_exec_for(cluster, None)
     assert caught.value.one_line() == (
-        "running vllm bench serve in a 'docker' deployment is not wired yet "
+        "running vllm bench serve in a 'cluster' deployment is not wired yet "
         "(hint: use --tool ours, or --vllm-python PATH for a local vLLM)"
     )
     # a native engine: the interpreter of the running engine process (here: this test's)

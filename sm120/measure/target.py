@@ -44,6 +44,8 @@ class Target:
     plan_hash: str | None = None
     baseline: dict[str, Any] | None = None
     state: DeploymentState | None = None
+    engine_python: str | None = None
+    """The interpreter the plan runs the engine with (in its image, for a container)."""
 
     def wire(self, timeout: float = 3600.0) -> Wire:
         return Wire(self.base_url, self.api_key, timeout=timeout)
@@ -98,6 +100,7 @@ def target_for_deployment(name: str | None) -> Target:
         plan_hash=state.plan_hash,
         baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
         state=state,
+        engine_python=_engine_python(plan),
     )
 
 
@@ -155,3 +158,10 @@ def _int_arg(plan: dict[str, Any], flag: str) -> int | None:
         return int(argv[index + 1])
     except (IndexError, TypeError, ValueError):
         return None
+
+
+def _engine_python(plan: dict[str, Any]) -> str | None:
+    argv = plan.get("argv")
+    if isinstance(argv, list) and argv and isinstance(argv[0], str):
+        return argv[0]
+    return None

@@ -97,10 +97,11 @@ def engine_exec_for(target: Target, vllm_python: str | None) -> EngineExec:
     if vllm_python:
         return NativeExec(str(checked_python(vllm_python, source="--vllm-python")))
     state = target.state
+    if state is not None and state.runtime == "docker" and state.container_id:
+        # The container listens on the plan's port (bridge maps it 1:1, host shares it), so
+        # the same URL reaches it from inside; the image's vLLM runs the benchmark.
+        return ContainerExec(state.container_id[:12], python=target.engine_python or "python3")
     if state is not None and state.runtime != "native":
-        container = getattr(state, "container", None)
-        if isinstance(container, str) and container:
-            return ContainerExec(container)
         raise BenchToolError(
             f"running vllm bench serve in a '{state.runtime}' deployment is not wired yet",
             "use --tool ours, or --vllm-python PATH for a local vLLM",

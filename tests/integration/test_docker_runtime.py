@@ -110,6 +110,16 @@ def test_launch_chat_info_stop_in_a_container(tiny_image: dict[str, Any], tmp_pa
         assert "manifest file inside" in found["source"]
         assert found["manifest"]["build_hash"] == _label(tiny_image["image_id"], "sm120.build-hash")
 
+        # vllm bench serve runs inside the container (docker exec), against the same port
+        bench = sm120(
+            tmp_path, "bench", "--tool", "vllm", "--lengths", "128", "--concurrency", "1",
+            "--decode-tokens", "32", "--requests", "2", "--json", timeout=900,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stderr[-3000:]
+        report = json.loads(bench.stdout)
+        assert report["tools"]["vllm bench serve"] == f"container {state['container_id'][:12]}"
+        assert report["decode"]["tool"] == "vllm bench serve" and report["decode"]["failed"] == 0
+
         logs = sm120(tmp_path, "logs", "-n", "400")
         assert "Application startup complete" in logs.stdout
         caches = list((tmp_path / "cache/docker").iterdir())
