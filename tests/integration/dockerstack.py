@@ -24,6 +24,9 @@ SOCKET = Path("/run/sm120-test-docker/docker.sock")
 BASE_IMAGE = "python:3.11-slim"
 DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# Bumped whenever the stand-in changes, so a cached older one is replaced.
+STANDIN_LABEL = "sm120.test-standin"
+STANDIN_VERSION = "2"
 
 
 class DockerUnavailable(RuntimeError):
@@ -128,7 +131,9 @@ def _make_rootfs_tarball(tarball: Path) -> None:
         [
             "debootstrap",
             "--variant=minbase",
-            "--include=python3,python3-venv,python3-pip,ca-certificates,curl",
+            # python3-dev: the public image ships Python's headers, and torch.compile's CPU
+            # kernels include Python.h
+            "--include=python3,python3-dev,python3-venv,python3-pip,ca-certificates,curl",
             "bookworm",
             str(rootfs),
             _debian_mirror(),
@@ -153,19 +158,25 @@ def _make_rootfs_tarball(tarball: Path) -> None:
 
 def ensure_base_image(name: str = BASE_IMAGE) -> None:
     """Make `name` exist in the test engine (a local stand-in for the public image)."""
-    if _docker("image", "inspect", name).returncode == 0:
+    found = _docker(
+        "image", "inspect", name, "--format", '{{index .Config.Labels "' + STANDIN_LABEL + '"}}'
+    )
+    if found.returncode == 0 and found.stdout.strip() == STANDIN_VERSION:
         return
-    tarball = CACHE / "python-3.11-slim-rootfs.tar"
+    tarball = CACHE / f"python-3.11-slim-rootfs-v{STANDIN_VERSION}.tar"
     if not tarball.is_file():
         _make_rootfs_tarball(tarball)
     with tarball.open("rb") as data:
         subprocess.run(
-            ["docker", "-H", docker_host(), "import", "-", name],
+            [
+                "docker", "-H", docker_host(), "import",
+                "--change", f"LABEL {STANDIN_LABEL}={STANDIN_VERSION}", "-", name,
+            ],
             stdin=data,
             check=True,
             capture_output=True,
             timeout=600,
-        )
+        )  # fmt: skip
 
 
 def remove_containers(label: str) -> None:
