@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.integration import dockerstack
@@ -188,11 +189,16 @@ def test_docker_compose_serves_the_cpu_service(tiny_image: dict[str, Any], tmp_p
     (tmp_path / ".env").write_text(
         f"RECIPE=tiny\nIMAGE={tiny_image['tag']}\nPORT={port}\nBIND_HOST=127.0.0.1\n"
     )
-    # This engine has no bridge network: share the host's (a test-only override).
+    # This engine has no bridge network, so the committed service runs on the host's network:
+    # the same file with its port publishing taken out (an override file cannot remove ports
+    # in compose 1.29, it only adds to them).
+    service = yaml.safe_load((REPO / "compose.cpu.yaml").read_text())
+    del service["services"]["server"]["ports"]
+    service["services"]["server"]["network_mode"] = "host"
     hostnet = tmp_path / "compose.hostnet.yaml"
-    hostnet.write_text("services:\n  server:\n    network_mode: host\n    ports: []\n")
+    hostnet.write_text(yaml.safe_dump(service))
     base = [compose, "--project-directory", str(tmp_path), "-p", "sm120test"]
-    files = ["-f", str(REPO / "compose.cpu.yaml"), "-f", str(hostnet)]
+    files = ["-f", str(hostnet)]
     try:
         up = subprocess.run(
             [*base, *files, "up", "-d"], capture_output=True, text=True, check=False, timeout=600
