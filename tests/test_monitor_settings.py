@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from sm120.checks import checked_plan, plan_document
-from sm120.lifecycle.monitoring import prepare_monitor, settings_from_plan
+from sm120.lifecycle.monitoring import prepare_monitor, prepare_watch_only, settings_from_plan
 from sm120.monitor.files import load_launch_spec, load_settings
 from sm120.plan import PlanRequest, resolve
 from sm120.runtime.base import LaunchSpec
@@ -89,3 +89,16 @@ def test_prepare_writes_settings_and_a_spec_without_the_key(isolated_home: Path)
     assert load_launch_spec(files.launch_spec, "s3cret-value") == spec
     without_key = load_launch_spec(files.launch_spec, None)
     assert without_key is not None and "VLLM_API_KEY" not in without_key.env
+
+
+def test_a_multi_node_deployment_is_watched_but_never_restarted(isolated_home: Path) -> None:
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("gb10x2",)))
+    assert plan.monitor.restart_on_wedge  # the recipe asks for restarts on one host
+    files = prepare_watch_only(plan, "dsv4", "cluster")
+    files.watchdog.write_text('{"gave_up_at": 1.0}')
+    files.launch_spec.write_text("{}")  # left by an earlier single-host launch
+    files = prepare_watch_only(plan, "dsv4", "cluster")
+    settings = load_settings(files.settings)
+    assert settings.restart_on_wedge is False
+    assert settings.wedge_timeout_s == plan.monitor.wedge_timeout_s
+    assert not files.launch_spec.exists() and not files.watchdog.exists()

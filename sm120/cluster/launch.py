@@ -129,13 +129,19 @@ def launch_cluster(
             plan, nodes, launches, record, state, key, progress, docker=docker, budget=budget
         )
         progress(f"all {len(nodes)} nodes started; waiting for the head to serve")
-        return _wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = _wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
         progress("stopping every node")
         with contextlib.suppress(NodeError):
             runtime.stop(state, timeout=10.0)
         clear_state(options.name)
         raise
+    if options.monitor:
+        from sm120.lifecycle.monitoring import prepare_watch_only, start_for
+
+        prepare_watch_only(plan, options.name, RUNTIME_NAME)
+        ready.monitor_pid = start_for(options.name)
+    return ready
 
 
 def _node_python(plan: LaunchPlan, options: LaunchOptions, runtime: str, progress: Progress) -> str:

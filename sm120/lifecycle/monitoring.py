@@ -3,6 +3,8 @@ READY; stop and --replace end it before they touch the server."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
 from sm120.monitor.process import start_monitor, stop_monitor
 from sm120.plan import LaunchPlan
@@ -37,6 +39,18 @@ def prepare_monitor(plan: LaunchPlan, spec: LaunchSpec, runtime_name: str) -> Mo
     files.make_dirs()
     settings_from_plan(plan, runtime_name).save(files.settings)
     save_launch_spec(files.launch_spec, spec)
+    files.watchdog.unlink(missing_ok=True)
+    return files
+
+
+def prepare_watch_only(plan: LaunchPlan, name: str, runtime_name: str) -> MonitorFiles:
+    """The monitor for a deployment it cannot restart (one engine over several nodes starts
+    node by node, not from one argv): logs, peaks and wedge alerts, no watchdog restarts."""
+    files = monitor_files(name)
+    files.make_dirs()
+    settings = dataclasses.replace(settings_from_plan(plan, runtime_name), restart_on_wedge=False)
+    settings.save(files.settings)
+    files.launch_spec.unlink(missing_ok=True)  # without it the monitor never restarts
     files.watchdog.unlink(missing_ok=True)
     return files
 

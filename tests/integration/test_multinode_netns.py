@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sm120.monitor.files import MonitorFiles
+from sm120.monitor.process import running_monitor
 from tests.integration.netns import (
     TwoHosts,
     missing_tools,
@@ -223,6 +225,20 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
     assert status["running"] and status["health"] == 200
     assert status["nodes"] == [h.target for h in deployment.hosts.hosts]
 
+    # the monitor watches the head (peaks, wedge alerts) but cannot restart several nodes
+    files = MonitorFiles(deployment.home / "deployments" / "tiny")
+    monitor = running_monitor(files)
+    assert monitor is not None, launched.stdout
+    assert json.loads(files.settings.read_text())["restart_on_wedge"] is False
+    assert not files.launch_spec.exists()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        live = json.loads(files.live.read_text()) if files.live.is_file() else {}
+        if live.get("health") == 200:
+            break
+        time.sleep(1)
+    assert live.get("health") == 200, live
+
     log = Path(str(state["log_path"])).read_text()
     assert "[node1:engine]" in log and "[node0:engine]" in log
     assert "world_size=2 rank=1" in log  # the worker's rank, reported by vLLM on host B
@@ -231,6 +247,7 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
     stopped = deployment.sm120("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.startswith("stopped tiny:")
+    assert running_monitor(files) is None
     deployment.assert_nothing_left()
 
 
