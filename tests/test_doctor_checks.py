@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from collections import namedtuple
 from collections.abc import Sequence
 from pathlib import Path
@@ -554,3 +555,26 @@ def test_system_memory() -> None:
     low = only(host_checks.check_system_memory("MemTotal: 16384000 kB\nMemAvailable: 4096000 kB\n"))
     assert low.severity == "warn"
     assert only(host_checks.check_system_memory(None)).severity == "info"
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_is_free() -> None:
+    from sm120.lifecycle.ports import ensure_port_free
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server closes first: its side of the connection waits
+        client.close()
+    lingering = subprocess.run(
+        ["ss", "-Htan", "state", "time-wait", f"sport = :{port}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if lingering.returncode == 0:  # ss (iproute2) shows what the test set up
+        assert lingering.stdout.strip(), "no TIME_WAIT connection to test against"
+    ensure_port_free("127.0.0.1", port)  # as uvicorn would bind it: no error

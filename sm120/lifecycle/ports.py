@@ -14,6 +14,9 @@ class PortInUse(SM120Error):
 def ensure_port_free(host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the server binds (uvicorn sets SO_REUSEADDR): connections a stopped server left
+        # in TIME_WAIT do not block it, only a socket still listening does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

@@ -241,11 +241,13 @@ def engine_worker(group: int) -> int:
 
 
 def stall_mid_stream(served: Served) -> int:
-    """Start streaming requests, and SIGSTOP the engine once tokens are flowing.
+    """Start streaming requests, and SIGSTOP the engine once they run.
 
-    Tokens arriving on the streams are the signal, not /metrics: under streaming load the
-    CPU build answers /metrics only seconds late (8.6 s measured with 16 streams), by which
-    time short requests may have ended."""
+    Two signals, both needed: tokens arriving on the streams, and /metrics counting running
+    requests (the gauge the watchdog reads; it only moves when the API server handles an
+    engine step, so tokens alone have been seen with the gauge still at 0). Under streaming
+    load the CPU build answers /metrics seconds late (8.6 s measured with 16 streams), so
+    there is far more work queued than that: 16 streams of 900 tokens, 4 at a time."""
     group = served.state()["supervisor_pid"]
     worker = engine_worker(group)
     body = {
@@ -272,11 +274,15 @@ def stall_mid_stream(served: Served) -> int:
                 if '"content"' in line:
                     flowing.set()
 
-    # More streams than --max-num-seqs: some wait in the queue, so work is left whenever
-    # the first token shows up.
-    for _ in range(8):
+    for _ in range(16):
         threading.Thread(target=stream, daemon=True).start()
     assert flowing.wait(120), "no token streamed within 120 s"
+    wait_for(
+        "/metrics to count running requests",
+        lambda: (parse_metrics(served.metrics()).running or 0) >= 1,
+        60,
+        every=0.05,
+    )
     os.kill(worker, signal.SIGSTOP)
     return worker
 
