@@ -241,13 +241,11 @@ def engine_worker(group: int) -> int:
 
 
 def stall_mid_stream(served: Served) -> int:
-    """Start streaming requests, and SIGSTOP the engine once they run.
+    """Start streaming requests, and SIGSTOP the engine once tokens flow.
 
-    Two signals, both needed: tokens arriving on the streams, and /metrics counting running
-    requests (the gauge the watchdog reads; it only moves when the API server handles an
-    engine step, so tokens alone have been seen with the gauge still at 0). Under streaming
-    load the CPU build answers /metrics seconds late (8.6 s measured with 16 streams), so
-    there is far more work queued than that: 16 streams of 900 tokens, 4 at a time."""
+    Not /metrics: under streaming load the CPU build answers it only when the streams are
+    done (8.6 s late with 16 streams; a 60 s wait for the running gauge saw all 16 finish).
+    16 streams of 900 tokens, 4 at a time, leave work queued when the first token arrives."""
     group = served.state()["supervisor_pid"]
     worker = engine_worker(group)
     body = {
@@ -277,12 +275,6 @@ def stall_mid_stream(served: Served) -> int:
     for _ in range(16):
         threading.Thread(target=stream, daemon=True).start()
     assert flowing.wait(120), "no token streamed within 120 s"
-    wait_for(
-        "/metrics to count running requests",
-        lambda: (parse_metrics(served.metrics()).running or 0) >= 1,
-        60,
-        every=0.05,
-    )
     os.kill(worker, signal.SIGSTOP)
     return worker
 
@@ -299,7 +291,11 @@ def test_a_real_stall_is_detected_captured_and_restarted(served: Served) -> None
 
     capture = Path(wedge["message"].rsplit("diagnostics in ", 1)[1])
     summary = json.loads((capture / "summary.json").read_text())
-    assert summary["running"] >= 1 and summary["frozen_for_s"] >= 5
+    assert summary["frozen_for_s"] >= 5
+    # busy by either signal the watchdog takes: the running gauge, or (when the gauge lags)
+    # vLLM's own stall line, printed after 60 s without a step
+    log_tail = (capture / "log_tail.txt").read_text()
+    assert summary["running"] >= 1 or "No available shared memory broadcast block" in log_tail
     assert stopped in summary["pids"]
     assert "vllm:generation_tokens_total" in (capture / "metrics.txt").read_text()
     assert "Application startup complete." in (capture / "log_tail.txt").read_text()
