@@ -270,3 +270,20 @@ def test_unknown_command_fails_in_json() -> None:
     assert result.stdout.strip() == (
         '{"error": "unknown command \'dance\'; one of start, status, follow, stop, probe"}'
     )
+
+
+def test_a_port_left_in_time_wait_is_not_in_use() -> None:
+    import socket
+
+    with socket.socket() as listener:
+        # a rendezvous store or an API server of an earlier run, as they bind
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the listener's side closes first and waits in TIME_WAIT
+        client.close()
+        assert agent._in_use("127.0.0.1", port)  # still listening: in use
+    assert not agent._in_use("127.0.0.1", port)

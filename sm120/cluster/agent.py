@@ -396,6 +396,9 @@ def _digest(path: Path) -> str:
 
 def _in_use(bind: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe_socket:
+        # As the engine's listeners bind (torch.distributed's store and uvicorn set
+        # SO_REUSEADDR): connections an earlier run left in TIME_WAIT do not count.
+        probe_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe_socket.bind((bind, port))
         except OSError:

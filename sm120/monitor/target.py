@@ -136,6 +136,8 @@ def _wait_for_port(host: str, port: int) -> None:
     deadline = time.monotonic() + PORT_RELEASE_WAIT_S
     while time.monotonic() < deadline:
         with socket.socket() as probe:
+            # As the server will bind: its old connections in TIME_WAIT are no obstacle.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host if host not in ("", "::") else "0.0.0.0", port))
                 return
