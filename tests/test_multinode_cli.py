@@ -162,3 +162,12 @@ def test_ssh_nodes_need_the_engine_python_for_gpu_recipes(
         "Error: nodes reached over SSH run the engine's own Python, and none is named (hint: "
         "--vllm-python PATH (the same path on every node), or --runtime docker)"
     )
+
+
+def test_a_gate_across_nodes_is_refused_before_anything_starts(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "launch", "tiny", "-V", "2node", "--nodes", PAIR, "--gate", "core")
+    assert code == 2
+    assert (
+        err.strip() == "Error: --gate is for one host (hint: run 'sm120 test' once READY instead)"
+    )
+    assert out == ""
