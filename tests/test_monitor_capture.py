@@ -189,34 +189,6 @@ def test_a_new_stream_identity_starts_from_its_beginning(tmp_path: Path) -> None
     assert log.read_bytes().splitlines() == [b"a1", b"a2", b"a3", b"b1"]
 
 
-def test_follow_re_attaches_after_a_container_restart(tmp_path: Path) -> None:
-    """A container's log outlives a restart of the container: after it, `docker logs`
-    replays everything, and the capture must write only what is new."""
-    log = tmp_path / "serve.log"
-    attachments: list[ListSource | None] = [
-        ListSource("container:a", [b"boot 1", b"serving"]),
-        None,  # restarting: nothing to attach to for a moment
-        ListSource("container:a", [b"boot 1", b"serving", b"boot 2", b"serving again"]),
-        ListSource("container:b", [b"recreated"]),
-    ]
-    waits: list[float] = []
-    with RotatingLogWriter(log) as writer:
-        Capture(writer, tmp_path / "capture.json").follow(
-            attach=lambda: attachments.pop(0),
-            stop=lambda: not attachments,
-            wait_s=0.5,
-            sleep=waits.append,
-        )
-    assert log.read_bytes().splitlines() == [
-        b"boot 1",
-        b"serving",
-        b"boot 2",
-        b"serving again",
-        b"recreated",
-    ]
-    assert waits == [0.5, 0.5, 0.5]
-
-
 # --- the supervisor's pipe -----------------------------------------------------------------
 
 NUMBERED_WRITER = """

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -108,12 +107,6 @@ class StandInTarget:
 
     def gone(self) -> bool:
         return False
-
-    def captures_logs(self) -> bool:
-        return False
-
-    def log_source(self) -> Any:
-        return None
 
 
 class Clock:
@@ -352,51 +345,3 @@ def test_a_restart_that_never_gets_ready_is_reported(
         service.step()
     assert kinds(service)[-1] == "not_ready"
     assert service.alerts[-1].message == "the restarted server is not ready after 31 s"
-
-
-class ContainerLikeTarget(StandInTarget):
-    """A runtime whose output the monitor copies (as a container runtime's will be)."""
-
-    def __init__(self, server: ScriptedServer, streams: list[Any]) -> None:
-        super().__init__(server)
-        self.streams = streams
-
-    def captures_logs(self) -> bool:
-        return True
-
-    def log_source(self) -> Any:
-        return self.streams.pop(0) if self.streams else None
-
-
-def test_the_monitor_hosts_the_capture_for_container_like_runtimes(
-    tmp_path: Path, scripted: ScriptedServer
-) -> None:
-    from sm120.monitor.capture import LogChunk
-    from sm120.monitor.process import start_log_capture
-
-    class Stream:
-        identity = "container:abc"
-
-        def __init__(self, lines: list[bytes]) -> None:
-            self.lines = lines
-
-        def read(self, after: str | None) -> Iterator[LogChunk]:
-            start = int(after) if after else 0
-            for index in range(start, len(self.lines)):
-                yield LogChunk(self.lines[index] + b"\n", str(index + 1))
-
-    files = MonitorFiles(tmp_path / "deployment")
-    files.make_dirs()
-    target = ContainerLikeTarget(
-        scripted, [Stream([b"boot", b"ready"]), Stream([b"boot", b"ready", b"after restart"])]
-    )
-    stop = threading.Event()
-    thread = start_log_capture(target, files, stop)
-    assert thread is not None
-    deadline = time.monotonic() + 10
-    while files.serve_log.read_bytes().count(b"\n") < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    stop.set()
-    thread.join(10)
-    assert files.serve_log.read_bytes() == b"boot\nready\nafter restart\n"
-    assert start_log_capture(StandInTarget(scripted), files, stop) is None  # native: supervisor

