@@ -83,13 +83,21 @@ def test_restarts_replay_the_log_and_only_new_lines_are_written(
     assert (tmp_path / "logs/capture.json").is_file()
 
 
+def copied_once(
+    tmp_path: Path, client: list[StandInClient], lines: list[str]
+) -> tuple[StandInContainer, Path, Path]:
+    """A container that printed `lines` and exited, copied by one copier run."""
+    container = StandInContainer([lines])
+    client.append(StandInClient(container))
+    log, exit_file = tmp_path / "logs/serve.log", tmp_path / "exit.json"
+    capture(container.id, log, exit_file)
+    return container, log, exit_file
+
+
 def test_a_copier_started_again_goes_on_where_the_last_one_stopped(
     tmp_path: Path, client: list[StandInClient]
 ) -> None:
-    first = StandInContainer([["one", "two"]])
-    client.append(StandInClient(first))
-    log, exit_file = tmp_path / "logs/serve.log", tmp_path / "exit.json"
-    capture(first.id, log, exit_file)
+    first, log, exit_file = copied_once(tmp_path, client, ["one", "two"])
     # The same container, found again by a new copier, now with more output.
     first.runs.append(["three"])
     first.status = "running"
@@ -100,10 +108,7 @@ def test_a_copier_started_again_goes_on_where_the_last_one_stopped(
 def test_lines_written_but_not_yet_in_the_cursor_are_not_written_twice(
     tmp_path: Path, client: list[StandInClient]
 ) -> None:
-    container = StandInContainer([["one", "two"]])
-    client.append(StandInClient(container))
-    log, exit_file = tmp_path / "logs/serve.log", tmp_path / "exit.json"
-    capture(container.id, log, exit_file)
+    container, log, exit_file = copied_once(tmp_path, client, ["one", "two"])
     cursor = tmp_path / "logs/capture.json"
     saved = json.loads(cursor.read_text())
     # As if killed after writing "two" but before saving the cursor past "one".
