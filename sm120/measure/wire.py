@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +19,10 @@ import httpx
 
 from sm120.client import (
     BadServerResponse,
-    ServerTimeout,
-    ServerUnreachable,
+    TransportWording,
     check_status,
     mask_secret,
+    translate_transport_errors,
 )
 
 CHAT_PATH = "/v1/chat/completions"
@@ -34,6 +33,14 @@ METRICS_PATH = "/metrics"
 
 # Anthropic stop reasons in OpenAI's words, so every check reads one vocabulary.
 _STOP_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+
+# Gates and benchmarks run against a deployment sm120 manages: point at its commands.
+_WORDING = TransportWording(
+    unreachable_hint="check that the deployment is running: sm120 status",
+    timeout_words="in time",
+    timeout_hint="the server may be compiling a new shape or wedged; check 'sm120 logs'",
+    broken_hint="the server may have crashed; check 'sm120 logs'",
+)
 
 
 def server_root(base_url: str) -> str:
@@ -158,7 +165,7 @@ class Wire:
         else:
             body["prompt"] = prompt or ""
             body["add_special_tokens"] = False
-        with self._transport_errors(TOKENIZE_PATH):
+        with translate_transport_errors(self.base_url, TOKENIZE_PATH, _WORDING):
             response = self._http.post(TOKENIZE_PATH, json=body)
         if response.status_code in (404, 405, 501):
             return None
@@ -232,7 +239,7 @@ class Wire:
 
     def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
         with (
-            self._transport_errors(path),
+            translate_transport_errors(self.base_url, path, _WORDING),
             self._http.stream("POST", path, json=body) as response,
         ):
             if response.status_code == 401:
@@ -265,30 +272,10 @@ class Wire:
     # --- plumbing -------------------------------------------------------------------------
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        with self._transport_errors(path):
+        with translate_transport_errors(self.base_url, path, _WORDING):
             response = self._http.get(path)
         self._raise_for_status(response, path)
         return _json_object(response, path)
-
-    @contextmanager
-    def _transport_errors(self, path: str) -> Iterator[None]:
-        try:
-            yield
-        except httpx.ConnectError as exc:
-            raise ServerUnreachable(
-                f"server not reachable at {self.base_url}",
-                "check that the deployment is running: sm120 status",
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise ServerTimeout(
-                f"{path} on {self.base_url} did not answer in time",
-                "the server may be compiling a new shape or wedged; check 'sm120 logs'",
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(
-                f"connection to {self.base_url} broke during {path} ({type(exc).__name__})",
-                "the server may have crashed; check 'sm120 logs'",
-            ) from exc
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         check_status(response, path, self.base_url, self._api_key, _error_text)
