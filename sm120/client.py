@@ -72,7 +72,7 @@ class SmokeResult:
 
 class ServerClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
-        self.base_url = _server_root(base_url)
+        self.base_url = server_root(base_url)
         self._api_key = api_key or None
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
@@ -331,7 +331,7 @@ class _StreamState:
             self.on_delta(kind, text)
 
 
-def _server_root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
     """Accept http://host:port, http://host:port/ or http://host:port/v1."""
     root = base_url.strip().rstrip("/")
     if "://" not in root:

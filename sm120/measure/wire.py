@@ -22,6 +22,7 @@ from sm120.client import (
     TransportWording,
     check_status,
     mask_secret,
+    server_root,
     translate_transport_errors,
 )
 
@@ -41,14 +42,6 @@ _WORDING = TransportWording(
     timeout_hint="the server may be compiling a new shape or wedged; check 'sm120 logs'",
     broken_hint="the server may have crashed; check 'sm120 logs'",
 )
-
-
-def server_root(base_url: str) -> str:
-    """Accept http://host:port, http://host:port/ or http://host:port/v1."""
-    root = base_url.strip().rstrip("/")
-    if "://" not in root:
-        root = f"http://{root}"
-    return root.removesuffix("/v1")
 
 
 @dataclass(frozen=True)
