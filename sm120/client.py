@@ -101,7 +101,7 @@ class ServerClient:
         with translate_transport_errors(self.base_url, MODELS_PATH, _WORDING):
             response = self._http.get(MODELS_PATH)
         self._raise_for_status(response, MODELS_PATH)
-        entries = _json_body(response, MODELS_PATH).get("data")
+        entries = json_object(response, MODELS_PATH).get("data")
         if not isinstance(entries, list):
             raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
         return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
@@ -124,7 +124,7 @@ class ServerClient:
         with translate_transport_errors(self.base_url, CHAT_PATH, _WORDING):
             response = self._http.post(CHAT_PATH, json=body)
         self._raise_for_status(response, CHAT_PATH)
-        return _parse_completion(_json_body(response, CHAT_PATH), time.perf_counter() - started)
+        return _parse_completion(json_object(response, CHAT_PATH), time.perf_counter() - started)
 
     def _chat_streaming(
         self, body: dict[str, Any], started: float, on_delta: OnDelta | None
@@ -407,7 +407,8 @@ def _decode_rate(tokens: int | None, first: float | None, last: float | None) ->
     return (tokens - 1) / (last - first)
 
 
-def _json_body(response: httpx.Response, path: str) -> dict[str, Any]:
+def json_object(response: httpx.Response, path: str) -> dict[str, Any]:
+    """The response body as a JSON object, or a one-line error naming the path."""
     try:
         data = response.json()
     except ValueError:

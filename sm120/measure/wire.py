@@ -21,6 +21,7 @@ from sm120.client import (
     BadServerResponse,
     TransportWording,
     check_status,
+    json_object,
     mask_secret,
     server_root,
     translate_transport_errors,
@@ -163,7 +164,7 @@ class Wire:
         if response.status_code in (404, 405, 501):
             return None
         self._raise_for_status(response, TOKENIZE_PATH)
-        tokens = _json_object(response, TOKENIZE_PATH).get("tokens")
+        tokens = json_object(response, TOKENIZE_PATH).get("tokens")
         if not isinstance(tokens, list):
             raise BadServerResponse(f"{TOKENIZE_PATH} answered without a 'tokens' list")
         return [int(t) for t in tokens]
@@ -268,7 +269,7 @@ class Wire:
         with translate_transport_errors(self.base_url, path, _WORDING):
             response = self._http.get(path)
         self._raise_for_status(response, path)
-        return _json_object(response, path)
+        return json_object(response, path)
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         check_status(response, path, self.base_url, self._api_key, _error_text)
@@ -397,16 +398,6 @@ def _stream_error(chunk: Mapping[str, Any]) -> str | None:
             return str(error.get("message") or error)[:200]
         return str(error or chunk.get("message") or chunk)[:200]
     return None
-
-
-def _json_object(response: httpx.Response, path: str) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        raise BadServerResponse(f"{path} answered with a body that is not JSON") from None
-    if not isinstance(data, dict):
-        raise BadServerResponse(f"{path} answered with JSON that is not an object")
-    return data
 
 
 def _error_text(response: httpx.Response) -> str:
