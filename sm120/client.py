@@ -72,7 +72,7 @@ class SmokeResult:
 
 class ServerClient:
     def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
-        self.base_url = _server_root(base_url)
+        self.base_url = server_root(base_url)
         self._api_key = api_key or None
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
@@ -98,10 +98,10 @@ class ServerClient:
             return None
 
     def models(self) -> list[str]:
-        with self._translate_transport_errors(MODELS_PATH):
+        with translate_transport_errors(self.base_url, MODELS_PATH, _WORDING):
             response = self._http.get(MODELS_PATH)
         self._raise_for_status(response, MODELS_PATH)
-        entries = _json_body(response, MODELS_PATH).get("data")
+        entries = json_object(response, MODELS_PATH).get("data")
         if not isinstance(entries, list):
             raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
         return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
@@ -121,17 +121,17 @@ class ServerClient:
         started = time.perf_counter()
         if stream:
             return self._chat_streaming(body, started, on_delta)
-        with self._translate_transport_errors(CHAT_PATH):
+        with translate_transport_errors(self.base_url, CHAT_PATH, _WORDING):
             response = self._http.post(CHAT_PATH, json=body)
         self._raise_for_status(response, CHAT_PATH)
-        return _parse_completion(_json_body(response, CHAT_PATH), time.perf_counter() - started)
+        return _parse_completion(json_object(response, CHAT_PATH), time.perf_counter() - started)
 
     def _chat_streaming(
         self, body: dict[str, Any], started: float, on_delta: OnDelta | None
     ) -> ChatResult:
         stream = _StreamState(started=started, on_delta=on_delta)
         with (
-            self._translate_transport_errors(CHAT_PATH),
+            translate_transport_errors(self.base_url, CHAT_PATH, _WORDING),
             self._http.stream("POST", CHAT_PATH, json=body) as response,
         ):
             if response.status_code >= 400:
@@ -141,26 +141,6 @@ class ServerClient:
                 if stream.feed(line, self._mask):
                     break
         return stream.result(time.perf_counter())
-
-    @contextmanager
-    def _translate_transport_errors(self, path: str) -> Iterator[None]:
-        try:
-            yield
-        except httpx.ConnectError as exc:
-            raise ServerUnreachable(
-                f"server not reachable at {self.base_url}",
-                "check that the server is running and listening on that host and port",
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise ServerTimeout(
-                f"{path} on {self.base_url} did not answer within the client timeout",
-                "the server may be busy compiling or wedged; check its log",
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(
-                f"connection to {self.base_url} broke during {path} ({type(exc).__name__})",
-                "the server may have crashed; check its log",
-            ) from exc
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         check_status(response, path, self.base_url, self._api_key, _error_text)
@@ -172,6 +152,47 @@ class ServerClient:
 def mask_secret(text: str, secret: str | None) -> str:
     """Servers echo request details in errors: never let the API key reach the user."""
     return text.replace(secret, "***") if secret else text
+
+
+@dataclass(frozen=True)
+class TransportWording:
+    """How one door words a request that got no HTTP answer: its users know different commands."""
+
+    unreachable_hint: str
+    timeout_words: str
+    """Ends "<path> on <url> did not answer ...": how long the client waited."""
+    timeout_hint: str
+    broken_hint: str
+
+
+_WORDING = TransportWording(
+    unreachable_hint="check that the server is running and listening on that host and port",
+    timeout_words="within the client timeout",
+    timeout_hint="the server may be busy compiling or wedged; check its log",
+    broken_hint="the server may have crashed; check its log",
+)
+
+
+@contextmanager
+def translate_transport_errors(
+    base_url: str, path: str, wording: TransportWording
+) -> Iterator[None]:
+    """Turn httpx's refused / timed-out / broken connections into one-line sm120 errors."""
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        raise ServerUnreachable(
+            f"server not reachable at {base_url}", wording.unreachable_hint
+        ) from exc
+    except httpx.TimeoutException as exc:
+        raise ServerTimeout(
+            f"{path} on {base_url} did not answer {wording.timeout_words}", wording.timeout_hint
+        ) from exc
+    except httpx.TransportError as exc:
+        raise ServerUnreachable(
+            f"connection to {base_url} broke during {path} ({type(exc).__name__})",
+            wording.broken_hint,
+        ) from exc
 
 
 def check_status(
@@ -310,7 +331,7 @@ class _StreamState:
             self.on_delta(kind, text)
 
 
-def _server_root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
     """Accept http://host:port, http://host:port/ or http://host:port/v1."""
     root = base_url.strip().rstrip("/")
     if "://" not in root:
@@ -386,7 +407,8 @@ def _decode_rate(tokens: int | None, first: float | None, last: float | None) ->
     return (tokens - 1) / (last - first)
 
 
-def _json_body(response: httpx.Response, path: str) -> dict[str, Any]:
+def json_object(response: httpx.Response, path: str) -> dict[str, Any]:
+    """The response body as a JSON object, or a one-line error naming the path."""
     try:
         data = response.json()
     except ValueError:

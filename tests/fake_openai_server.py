@@ -14,8 +14,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.loopback_server import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def split_pieces(text: str) -> list[str]:
     return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     def __init__(
         self, *, api_key: str | None = None, model: str = "fake-model", health_status: int = 200
     ) -> None:
@@ -51,17 +53,7 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        # A short poll keeps stop() quick: shutdown waits for the next poll.
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(_handler_for(self))
 
     def script(self, *replies: Reply) -> None:
         with self._lock:
@@ -74,21 +66,6 @@ class FakeOpenAIServer:
     def record(self, body: dict[str, Any]) -> None:
         with self._lock:
             self.requests.append(body)
-
-    def start(self) -> FakeOpenAIServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
 
 def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:

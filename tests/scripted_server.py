@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.loopback_server import LoopbackServer
+
 
 @dataclass(frozen=True)
 class ScriptedTool:
@@ -62,7 +64,7 @@ class Counters:
     accepted: int = 0
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackServer):
     def __init__(
         self,
         *,
@@ -81,16 +83,7 @@ class ScriptedServer:
         self.counters = Counters()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
-        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(_handler_for(self), _QuietServer)
 
     def when(self, pattern: str, answer: Answer) -> ScriptedServer:
         self.rules.append(Rule(pattern, answer))
@@ -101,21 +94,6 @@ class ScriptedServer:
             if re.search(rule.pattern, text, re.IGNORECASE):
                 return rule.answer
         return self.default
-
-    def start(self) -> ScriptedServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ScriptedServer:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
 
 class _QuietServer(ThreadingHTTPServer):

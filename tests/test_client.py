@@ -3,16 +3,21 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
+from sm120 import client as client_module
 from sm120.client import (
     ApiKeyRejected,
     BadServerResponse,
     ServerClient,
     ServerUnreachable,
+    TransportWording,
     smoke_test,
+    translate_transport_errors,
 )
 from sm120.errors import SM120Error
+from sm120.measure import wire
 from tests.fake_openai_server import FakeOpenAIServer, Reply
 
 SECRET = "sk-test-3f9a1c-do-not-leak"
@@ -61,6 +66,50 @@ def test_refused_connection_gives_no_health_and_a_clear_error() -> None:
         with pytest.raises(ServerUnreachable) as caught:
             http.models()
     assert caught.value.message == f"server not reachable at {url}"
+
+
+URL = "http://127.0.0.1:9"
+CLIENT_LINES = [
+    "server not reachable at http://127.0.0.1:9 (hint: check that the server is running and "
+    "listening on that host and port)",
+    "/v1/models on http://127.0.0.1:9 did not answer within the client timeout (hint: the "
+    "server may be busy compiling or wedged; check its log)",
+    "connection to http://127.0.0.1:9 broke during /v1/models (RemoteProtocolError) (hint: the "
+    "server may have crashed; check its log)",
+]
+WIRE_LINES = [
+    "server not reachable at http://127.0.0.1:9 (hint: check that the deployment is running: "
+    "sm120 status)",
+    "/v1/models on http://127.0.0.1:9 did not answer in time (hint: the server may be compiling "
+    "a new shape or wedged; check 'sm120 logs')",
+    "connection to http://127.0.0.1:9 broke during /v1/models (RemoteProtocolError) (hint: the "
+    "server may have crashed; check 'sm120 logs')",
+]
+
+
+@pytest.mark.parametrize(
+    ("wording", "lines"),
+    [(client_module._WORDING, CLIENT_LINES), (wire._WORDING, WIRE_LINES)],
+    ids=["client", "wire"],
+)
+def test_transport_errors_read_as_each_door_words_them(
+    wording: TransportWording, lines: list[str]
+) -> None:
+    failures = [
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.RemoteProtocolError("cut"),
+    ]
+    seen = []
+    for failure in failures:
+        with (
+            pytest.raises(SM120Error) as caught,
+            translate_transport_errors(URL, "/v1/models", wording),
+        ):
+            raise failure
+        assert caught.value.__cause__ is failure
+        seen.append(caught.value.one_line())
+    assert seen == lines
 
 
 def test_non_streaming_splits_reasoning_and_content(

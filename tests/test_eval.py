@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.measure import lmeval
+from sm120.measure.target import Target, run_with_api_key
 from tests.conftest import invoke
 from tests.scripted_server import ScriptedServer
 
@@ -181,6 +182,33 @@ def test_harness_failure(
     code, _, err = invoke(cli, "eval", "gsm8k", "--url", server.url, "--output", str(stand_in))
     assert code == 2
     assert err.strip().endswith("Error: lm_eval exited with code 3 (hint: see its output above)")
+
+
+# Flushed after each line so the merged order is fixed even when stdout is a buffered pipe.
+ECHO_KEY = (
+    "import os, sys; key = os.environ.get('OPENAI_API_KEY', '<none>'); "
+    "print('key=' + key + '  ', flush=True); "
+    "print('to stderr', file=sys.stderr, flush=True); sys.exit(4)"
+)
+
+
+def test_tool_runner_hands_the_key_only_through_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "inherited-key")
+    lines: list[str] = []
+    code = run_with_api_key([sys.executable, "-c", ECHO_KEY], None, lines.append)
+    assert (code, lines) == (4, ["key=<none>", "to stderr"])  # ours is not passed on
+    lines.clear()
+    assert run_with_api_key([sys.executable, "-c", ECHO_KEY], KEY, lines.append) == 4
+    assert lines == [f"key={KEY}", "to stderr"]  # unmasked: each caller masks what it shows
+
+
+def test_lm_eval_output_has_the_key_masked() -> None:
+    target = Target("t", "http://127.0.0.1:9", KEY, "m", None, None)
+    lines: list[str] = []
+    assert lmeval.run_lm_eval([sys.executable, "-c", ECHO_KEY], target, lines.append) == 4
+    assert lines == ["key=***", "to stderr"]
 
 
 def test_no_results_file(tmp_path: Path) -> None:

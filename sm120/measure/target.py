@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,38 @@ class Target:
     @property
     def history_key(self) -> str:
         return f"{self.image or 'unknown-image'}|{self.plan_hash or self.base_url}"
+
+
+def run_with_api_key(
+    argv: list[str],
+    api_key: str | None,
+    on_line: Callable[[str], object],
+    *,
+    timeout_s: float | None = None,
+) -> int:
+    """Run a measuring tool with the key in $OPENAI_API_KEY, never argv (where `ps` shows it).
+
+    Its stdout and stderr come back merged, one unmasked line at a time: callers mask what
+    they show. A key inherited from our own environment is dropped when the target has none.
+    """
+    env = dict(os.environ)
+    env.pop(API_KEY_ENV, None)
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            on_line(raw.rstrip())
+        process.wait(timeout=timeout_s)
+    return process.returncode
 
 
 def save_plan(deployment: str, document: dict[str, Any]) -> Path:

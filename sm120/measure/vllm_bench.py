@@ -15,16 +15,15 @@ never through argv, where `ps` would show it.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sm120.client import mask_secret
 from sm120.errors import SM120Error
-from sm120.measure.target import API_KEY_ENV, Target
+from sm120.measure.target import API_KEY_ENV, Target, run_with_api_key
 
 RESULT_MARK = "SM120-BENCH-RESULT "
 TOOL_NAME = "vllm bench serve"
@@ -188,47 +187,30 @@ def run_serve_benchmarks(
     """Run every benchmark in one process; one parsed --save-result document per run."""
     result_dir.mkdir(parents=True, exist_ok=True)
     argv = command_for(runs, target, executor, str(result_dir))
-    env = dict(os.environ)
-    env.pop(API_KEY_ENV, None)
-    if target.api_key:
-        env[API_KEY_ENV] = target.api_key
     tail: deque[str] = deque(maxlen=20)
     results: list[dict[str, Any]] = []
+
+    def take(line: str) -> None:
+        if line.startswith(RESULT_MARK):
+            results.append(json.loads(line[len(RESULT_MARK) :]))
+            return
+        tail.append(mask_secret(line, target.api_key))
+        on_line(tail[-1])
+
     try:
-        with subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=env,
-        ) as process:
-            assert process.stdout is not None
-            for raw in process.stdout:
-                line = raw.rstrip()
-                if line.startswith(RESULT_MARK):
-                    results.append(json.loads(line[len(RESULT_MARK) :]))
-                    continue
-                tail.append(_masked(line, target.api_key))
-                on_line(tail[-1])
-            process.wait(timeout=timeout_s)
+        returncode = run_with_api_key(argv, target.api_key, take, timeout_s=timeout_s)
     except FileNotFoundError as exc:
         raise BenchToolError(
             f"cannot run {argv[0]}: {exc.strerror}", "check --vllm-python"
         ) from exc
-    if process.returncode != 0 or len(results) != len(runs):
+    if returncode != 0 or len(results) != len(runs):
         last = next((line for line in reversed(tail) if line.strip()), "no output")
         raise BenchToolError(
-            f"{TOOL_NAME} failed (exit {process.returncode}, {len(results)}/{len(runs)} "
+            f"{TOOL_NAME} failed (exit {returncode}, {len(results)}/{len(runs)} "
             f"runs done): {last[:300]}",
             "use --tool ours to measure without it",
         )
     return results
-
-
-def _masked(line: str, key: str | None) -> str:
-    return line.replace(key, "***") if key else line
 
 
 @dataclass(frozen=True)

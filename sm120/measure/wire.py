@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +19,12 @@ import httpx
 
 from sm120.client import (
     BadServerResponse,
-    ServerTimeout,
-    ServerUnreachable,
+    TransportWording,
     check_status,
+    json_object,
     mask_secret,
+    server_root,
+    translate_transport_errors,
 )
 
 CHAT_PATH = "/v1/chat/completions"
@@ -35,13 +36,13 @@ METRICS_PATH = "/metrics"
 # Anthropic stop reasons in OpenAI's words, so every check reads one vocabulary.
 _STOP_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
-
-def server_root(base_url: str) -> str:
-    """Accept http://host:port, http://host:port/ or http://host:port/v1."""
-    root = base_url.strip().rstrip("/")
-    if "://" not in root:
-        root = f"http://{root}"
-    return root.removesuffix("/v1")
+# Gates and benchmarks run against a deployment sm120 manages: point at its commands.
+_WORDING = TransportWording(
+    unreachable_hint="check that the deployment is running: sm120 status",
+    timeout_words="in time",
+    timeout_hint="the server may be compiling a new shape or wedged; check 'sm120 logs'",
+    broken_hint="the server may have crashed; check 'sm120 logs'",
+)
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,12 @@ class Wire:
         else:
             body["prompt"] = prompt or ""
             body["add_special_tokens"] = False
-        with self._transport_errors(TOKENIZE_PATH):
+        with translate_transport_errors(self.base_url, TOKENIZE_PATH, _WORDING):
             response = self._http.post(TOKENIZE_PATH, json=body)
         if response.status_code in (404, 405, 501):
             return None
         self._raise_for_status(response, TOKENIZE_PATH)
-        tokens = _json_object(response, TOKENIZE_PATH).get("tokens")
+        tokens = json_object(response, TOKENIZE_PATH).get("tokens")
         if not isinstance(tokens, list):
             raise BadServerResponse(f"{TOKENIZE_PATH} answered without a 'tokens' list")
         return [int(t) for t in tokens]
@@ -232,7 +233,7 @@ class Wire:
 
     def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
         with (
-            self._transport_errors(path),
+            translate_transport_errors(self.base_url, path, _WORDING),
             self._http.stream("POST", path, json=body) as response,
         ):
             if response.status_code == 401:
@@ -265,30 +266,10 @@ class Wire:
     # --- plumbing -------------------------------------------------------------------------
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        with self._transport_errors(path):
+        with translate_transport_errors(self.base_url, path, _WORDING):
             response = self._http.get(path)
         self._raise_for_status(response, path)
-        return _json_object(response, path)
-
-    @contextmanager
-    def _transport_errors(self, path: str) -> Iterator[None]:
-        try:
-            yield
-        except httpx.ConnectError as exc:
-            raise ServerUnreachable(
-                f"server not reachable at {self.base_url}",
-                "check that the deployment is running: sm120 status",
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise ServerTimeout(
-                f"{path} on {self.base_url} did not answer in time",
-                "the server may be compiling a new shape or wedged; check 'sm120 logs'",
-            ) from exc
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(
-                f"connection to {self.base_url} broke during {path} ({type(exc).__name__})",
-                "the server may have crashed; check 'sm120 logs'",
-            ) from exc
+        return json_object(response, path)
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         check_status(response, path, self.base_url, self._api_key, _error_text)
@@ -417,16 +398,6 @@ def _stream_error(chunk: Mapping[str, Any]) -> str | None:
             return str(error.get("message") or error)[:200]
         return str(error or chunk.get("message") or chunk)[:200]
     return None
-
-
-def _json_object(response: httpx.Response, path: str) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        raise BadServerResponse(f"{path} answered with a body that is not JSON") from None
-    if not isinstance(data, dict):
-        raise BadServerResponse(f"{path} answered with JSON that is not an object")
-    return data
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -42,7 +43,31 @@ class NativeRuntimeError(SM120Error):
     """The engine process could not be started."""
 
 
-class NativeRuntime:
+class ExitFileAndLog(ABC):
+    """`exit_info` and `follow` for runtimes whose engine's end is recorded in the state's exit
+    file and whose output lands in its log file on this machine; `status` says if it runs."""
+
+    @abstractmethod
+    def status(self, state: DeploymentState) -> RuntimeStatus: ...
+
+    def exit_info(self, state: DeploymentState) -> ExitInfo | None:
+        return ExitInfo.read(Path(state.exit_file))
+
+    def follow(
+        self,
+        state: DeploymentState,
+        from_line: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[str]:
+        return follow_log(
+            Path(state.log_path),
+            from_line=from_line,
+            stop=stop or _never,
+            running=lambda: self.status(state).running,
+        )
+
+
+class NativeRuntime(ExitFileAndLog):
     kind = RUNTIME_NAME
 
     def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
@@ -100,22 +125,6 @@ class NativeRuntime:
         if running:
             pid = state.engine_pid or find_child_pid(state.supervisor_pid)
         return RuntimeStatus(running=running, exit=exit_info, pid=pid)
-
-    def exit_info(self, state: DeploymentState) -> ExitInfo | None:
-        return ExitInfo.read(Path(state.exit_file))
-
-    def follow(
-        self,
-        state: DeploymentState,
-        from_line: int = 0,
-        stop: Callable[[], bool] | None = None,
-    ) -> Iterator[str]:
-        return follow_log(
-            Path(state.log_path),
-            from_line=from_line,
-            stop=stop or _never,
-            running=lambda: self.status(state).running,
-        )
 
 
 # sm120's own settings: vLLM reads every VLLM_* variable and warns about unknown ones (F17).
