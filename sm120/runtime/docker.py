@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from sm120 import docker_api
 from sm120.errors import SM120Error
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.runtime.docker_logs import exit_record
-from sm120.runtime.native import EXIT_FILE, follow_log
+from sm120.runtime.native import EXIT_FILE, ExitFileAndLog
 from sm120.state import DeploymentState, deployment_dir, save_state
 
 RUNTIME_NAME = "docker"
@@ -30,7 +29,7 @@ class DockerRuntimeError(SM120Error):
     """The container could not be started."""
 
 
-class DockerRuntime:
+class DockerRuntime(ExitFileAndLog):
     kind = RUNTIME_NAME
 
     def __init__(self, client: Any | None = None) -> None:
@@ -146,19 +145,6 @@ class DockerRuntime:
         if container is None or container.status != "running":
             return []
         return docker_api.container_host_pids(container)
-
-    def follow(
-        self,
-        state: DeploymentState,
-        from_line: int = 0,
-        stop: Callable[[], bool] | None = None,
-    ) -> Iterator[str]:
-        return follow_log(
-            Path(state.log_path),
-            from_line=from_line,
-            stop=stop or (lambda: False),
-            running=lambda: self.status(state).running,
-        )
 
 
 def _as_list(container: Any | None) -> list[Any]:
