@@ -9,7 +9,7 @@ Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
      and over the pairs where neither stream arrived in bursts.
 The ratio is sm120 / vllm per figure (the goal: within 5%).
 
-Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--pairs 40]
+Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--pairs 40] [--home DIR]
 """
 
 from __future__ import annotations
@@ -49,10 +49,13 @@ def sm120(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def figures(report: dict[str, Any]) -> dict[str, float]:
+    if not (report["decode"] or {}).get("tps"):
+        raise SystemExit(f"no decode figure: {json.dumps(report['decode'])}; {report['notes']}")
     found = {"decode tok/s": float(report["decode"]["tps"])}
     for point in report["prefill"]:
         found[f"prefill tok/s @ {point['prompt_tokens']}"] = float(point["prefill_tps"])
         found[f"TTFT s @ {point['prompt_tokens']}"] = float(point["ttft_s"])
+        found[f"median TTFT s @ {point['prompt_tokens']}"] = float(point["median_ttft_s"])
     return found
 
 
@@ -63,8 +66,16 @@ def main() -> None:
     parser.add_argument("--decode-tokens", type=int, default=128)
     parser.add_argument("--requests", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=40)
+    parser.add_argument(
+        "--home", type=Path, help="use the tiny deployment already running in this SM120_HOME"
+    )
     args = parser.parse_args()
     lengths = tuple(int(n) for n in args.lengths.split(","))
+    if args.home is not None:
+        os.environ["SM120_HOME"] = str(args.home)
+        rows = compare(args.home, lengths, args)
+        report(rows, {n: request_level(n, args) for n in lengths}, args)
+        return
     with tempfile.TemporaryDirectory(prefix="sm120-bench-vs-vllm-") as scratch:
         home = Path(scratch)
         os.environ["SM120_HOME"] = str(home)
@@ -77,6 +88,10 @@ def main() -> None:
             pairs = {n: request_level(n, args) for n in lengths}
         finally:
             sm120(home, "stop")
+    report(rows, pairs, args)
+
+
+def report(rows: dict[str, Any], pairs: dict[int, Any], args: argparse.Namespace) -> None:
     print_table(rows, args.rounds)
     for length, found in pairs.items():
         print_pairs(found, length, args.decode_tokens)

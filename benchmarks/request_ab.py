@@ -17,8 +17,7 @@ import sys
 import time
 from typing import Any
 
-import aiohttp  # type: ignore[import-not-found]
-import httpx
+import aiohttp
 from vllm.benchmarks.lib.endpoint_request_func import (  # type: ignore[import-not-found]
     RequestFuncInput,
     async_request_openai_completions,
@@ -39,7 +38,7 @@ async def main(url: str, model: str, pairs: int, length: int, out: int) -> dict[
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with (
         aiohttp.ClientSession() as session,
-        httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client,
+        aiohttp.ClientSession(headers=headers) as ours,
     ):
         for number in range(pairs):
             order = ("vllm", "sm120") if number % 2 == 0 else ("sm120", "vllm")
@@ -66,7 +65,7 @@ async def main(url: str, model: str, pairs: int, length: int, out: int) -> dict[
                         }
                     )
                 else:
-                    timing = await _one(client, model, prompt, out)
+                    timing = await _one(ours, f"{url}/v1/completions", model, prompt, out)
                     found = {"ttft": timing.ttft_s, "decode": timing.decode_tps}
                     results[side].append({**found, "bursty": timing.bursty})
     return results

@@ -156,6 +156,16 @@ def test_failed_requests_are_counted_with_the_reason(scripted: ScriptedServer) -
     assert result.first_error == 'HTTP 401: {"error": "Unauthorized"}'
 
 
+def test_median_ttft_shrugs_off_one_stalled_stream() -> None:
+    from sm120.measure.load import LoadResult, RequestTiming
+
+    quick = [RequestTiming(256, started=0.0, first_at=0.013, last_at=0.02) for _ in range(3)]
+    stalled = RequestTiming(256, started=0.0, first_at=0.230, last_at=0.231)
+    result = LoadResult(concurrency=1, duration_s=1.0, requests=[*quick, stalled])
+    assert result.median_ttft_s == pytest.approx(0.013)
+    assert result.mean_ttft_s == pytest.approx((3 * 0.013 + 0.230) / 4)
+
+
 def test_token_pool_needs_variety() -> None:
     with pytest.raises(ValueError, match="at least 8 distinct ids"):
         TokenPool([1, 2, 3, 1, 2, 3])
@@ -250,6 +260,7 @@ def test_parse_a_real_save_result_document() -> None:
     figures = parse_serve_result(document)
     assert (figures.completed, figures.failed, figures.output_tokens) == (2, 0, 256)
     assert figures.decode_tps == pytest.approx(1000 / 4.160032641731788)
+    assert figures.median_ttft_ms == pytest.approx(82.71364650022406)
     assert figures.prefill_tps == pytest.approx((65 / 2) / 0.08271364650022406)
     assert figures.spec_acceptance_rate is None
 
@@ -398,7 +409,7 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
     assert code == 0
     assert "decode (single stream, 8 tokens):" in out
     assert "speculative decoding: acceptance 66.7%, length 3.00" in out
-    assert "sm120: httpx, streamed /v1/completions, exact token-id prompts" in out
+    assert "sm120: aiohttp, streamed /v1/completions, exact token-id prompts" in out
     assert history.records("vllm/vllm-openai:v0.32.0|h") == []
 
 

@@ -34,7 +34,7 @@ from sm120.measure.vllm_bench import (
 )
 
 OURS = "sm120"
-OURS_HOW = "httpx, streamed /v1/completions, exact token-id prompts"
+OURS_HOW = "aiohttp, streamed /v1/completions, exact token-id prompts"
 METRICS = "/metrics counters"
 STANDARD_LENGTHS = (1024, 8192, 32768, 65536)
 DECODE_PROMPT_TOKENS = 64
@@ -330,6 +330,7 @@ def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
                 {
                     "prompt_tokens": length,
                     "ttft_s": (figures.mean_ttft_ms or 0.0) / 1000.0 or None,
+                    "median_ttft_s": (figures.median_ttft_ms or 0.0) / 1000.0 or None,
                     "prefill_tps": figures.prefill_tps,
                     "requests": figures.completed,
                     "failed": figures.failed,
@@ -344,6 +345,7 @@ def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
             {
                 "prompt_tokens": length,
                 "ttft_s": result.mean_ttft_s,
+                "median_ttft_s": result.median_ttft_s,
                 "prefill_tps": result.prefill_tps,
                 "requests": len(result.completed),
                 "failed": result.failed,

@@ -227,6 +227,7 @@ class ServeFigures:
     mean_tpot_ms: float | None
     spec_acceptance_rate: float | None
     spec_acceptance_length: float | None
+    median_ttft_ms: float | None = None
 
     @property
     def decode_tps(self) -> float | None:
@@ -258,4 +259,5 @@ def parse_serve_result(document: dict[str, Any]) -> ServeFigures:
         # vLLM reports the rate in percent.
         spec_acceptance_rate=rate / 100.0 if rate is not None else None,
         spec_acceptance_length=number("spec_decode_acceptance_length"),
+        median_ttft_ms=number("median_ttft_ms"),
     )

@@ -125,7 +125,7 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     assert ours["decode"]["tool"] == "sm120"
     assert ours["tools"] == {
         "vllm bench serve": "not used (--tool ours)",
-        "sm120": "httpx, streamed /v1/completions, exact token-id prompts",
+        "sm120": "aiohttp, streamed /v1/completions, exact token-id prompts",
     }
     assert ours["decode"]["tps"] > 1.0 and 0 <= ours["decode"]["bursty"] <= 2
     # bursts are named in the notes (how far the two tools agree is measured by
