@@ -23,7 +23,7 @@ from vllm.benchmarks.lib.endpoint_request_func import (  # type: ignore[import-n
     async_request_openai_completions,
 )
 
-from sm120.measure.load import _one
+from sm120.measure.load import COMPLETIONS_PATH, _one
 
 
 def _vllm_bursty(ttft: float, latency: float, tokens: int) -> bool:
@@ -47,7 +47,7 @@ async def main(url: str, model: str, pairs: int, length: int, out: int) -> dict[
                 if side == "vllm":
                     request = RequestFuncInput(
                         prompt=prompt,
-                        api_url=f"{url}/v1/completions",
+                        api_url=url + COMPLETIONS_PATH,
                         prompt_len=length,
                         output_len=out,
                         model=model,
@@ -65,7 +65,7 @@ async def main(url: str, model: str, pairs: int, length: int, out: int) -> dict[
                         }
                     )
                 else:
-                    timing = await _one(ours, f"{url}/v1/completions", model, prompt, out)
+                    timing = await _one(ours, url + COMPLETIONS_PATH, model, prompt, out)
                     found = {"ttft": timing.ttft_s, "decode": timing.decode_tps}
                     results[side].append({**found, "bursty": timing.bursty})
     return results

@@ -166,6 +166,20 @@ def test_median_ttft_shrugs_off_one_stalled_stream() -> None:
     assert result.mean_ttft_s == pytest.approx((3 * 0.013 + 0.230) / 4)
 
 
+def test_an_unreachable_server_fails_every_request_with_the_reason() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_load(f"http://127.0.0.1:{port}", KEY, "m", [[1, 2, 3]] * 2, max_tokens=2)
+    assert result.failed == 2
+    assert result.first_error == (
+        f"ClientConnectorError: Cannot connect to host 127.0.0.1:{port} ssl:default "
+        f"[Connect call failed ('127.0.0.1', {port})]"
+    )
+
+
 def test_token_pool_needs_variety() -> None:
     with pytest.raises(ValueError, match="at least 8 distinct ids"):
         TokenPool([1, 2, 3, 1, 2, 3])

@@ -112,16 +112,18 @@ class LoadResult:
         return _inverse_mean([r.decode_tps for r in self.completed if not r.bursty])
 
     @property
+    def ttfts(self) -> list[float]:
+        return [r.ttft_s for r in self.completed if r.ttft_s is not None]
+
+    @property
     def mean_ttft_s(self) -> float | None:
-        ttfts = [r.ttft_s for r in self.completed if r.ttft_s is not None]
-        return statistics.fmean(ttfts) if ttfts else None
+        return statistics.fmean(self.ttfts) if self.ttfts else None
 
     @property
     def median_ttft_s(self) -> float | None:
         """Robust where the mean is not: one stalled first token (a CPU-starved server holds
         a whole stream back) moves the mean of a few requests by a factor, not the median."""
-        ttfts = [r.ttft_s for r in self.completed if r.ttft_s is not None]
-        return statistics.median(ttfts) if ttfts else None
+        return statistics.median(self.ttfts) if self.ttfts else None
 
     @property
     def prefill_tps(self) -> float | None:
