@@ -7,7 +7,10 @@ Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
   2. request level: vLLM's own request function against sm120's, alternating request by
      request (benchmarks/request_ab.py, run by the engine's Python), medians over all pairs
      and over the pairs where neither stream arrived in bursts.
-The ratio is sm120 / vllm per figure (the goal: within 5%).
+The ratio is sm120 / vllm per figure (the goal: within 5%). Decode tok/s is the inverse mean
+time per output token over the streams that did not arrive in one burst, one rule for both
+tools (vLLM's side from its --save-detailed per-request record); "all streams" is the same
+over every stream, which is what `vllm bench serve` prints as 1 / mean TPOT.
 
 Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--pairs 40] [--home DIR]
 """
@@ -51,7 +54,12 @@ def sm120(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def figures(report: dict[str, Any]) -> dict[str, float]:
     if not (report["decode"] or {}).get("tps"):
         raise SystemExit(f"no decode figure: {json.dumps(report['decode'])}; {report['notes']}")
-    found = {"decode tok/s": float(report["decode"]["tps"])}
+    decode = report["decode"]
+    found = {
+        "decode tok/s": float(decode["tps"]),
+        "decode tok/s, all streams": float(decode["tps_all_requests"]),
+        "bursty decode streams": float(decode["bursty"]),
+    }
     for point in report["prefill"]:
         found[f"prefill tok/s @ {point['prompt_tokens']}"] = float(point["prefill_tps"])
         found[f"TTFT s @ {point['prompt_tokens']}"] = float(point["ttft_s"])
@@ -166,7 +174,8 @@ def print_table(samples: dict[str, Any], rounds: int) -> None:
     for name, theirs in samples["vllm"].items():
         ours = samples["sm120"][name]
         mine, their = statistics.median(ours), statistics.median(theirs)
-        print(f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {mine / their:>10.3f}")
+        ratio = f"{mine / their:>10.3f}" if their else f"{'-':>10}"
+        print(f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {ratio}")
 
 
 if __name__ == "__main__":

@@ -191,7 +191,9 @@ def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.M
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.speeds.decode_per_token = 0.002
     found = target_for_url(scripted.url, None)
-    options = BenchOptions(tool="ours", lengths=(64, 256), concurrency=(1, 2), decode_tokens=16)
+    options = BenchOptions(
+        tool="ours", lengths=(64, 256), concurrency=(1, 2), decode_tokens=16, settle_s=0.0
+    )
     report = run_bench(found, options, lambda _line: None, Path("unused"))
     assert report["decode"]["tool"] == "sm120" and report["decode"]["failed"] == 0
     assert [p["prompt_tokens"] for p in report["prefill"]] == [64, 256]
@@ -212,7 +214,9 @@ def test_bench_notes_bursty_streams(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.speeds.burst = True
     scripted.speeds.decode_per_token = 0.01  # 16 tokens held back for 0.16 s, then flushed
-    options = BenchOptions(tool="ours", lengths=(32,), concurrency=(), decode_tokens=16)
+    options = BenchOptions(
+        tool="ours", lengths=(32,), concurrency=(), decode_tokens=16, settle_s=0.0
+    )
     report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
     assert report["decode"]["bursty"] == 3
     # no inter-token time to invert: the end-to-end rate, never the 100k+ tok/s of a burst
@@ -222,6 +226,79 @@ def test_bench_notes_bursty_streams(
         "decode tok/s is counted end to end (a lower bound), as all of them did; is the "
         "server short of CPU?"
     ]
+
+
+def test_each_measured_phase_starts_after_a_settle(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from sm120.measure import bench
+
+    calls: list[tuple[float, float, int]] = []  # (start, end, max_tokens) of each load
+    real_load = bench._load
+
+    def timed_load(run: bench.BenchRun, prompts: list, max_tokens: int, level: int):  # type: ignore[no-untyped-def,type-arg]
+        started = time.perf_counter()
+        result = real_load(run, prompts, max_tokens, level)
+        calls.append((started, time.perf_counter(), max_tokens))
+        return result
+
+    monkeypatch.setattr(bench, "_load", timed_load)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        tool="ours", lengths=(32,), concurrency=(1,), decode_tokens=16, requests=2, settle_s=0.4
+    )
+    run_bench(target_for_url(scripted.url, None), options, lambda _line: None, Path("unused"))
+    decode, warm_up, prefill, level = calls
+    assert [c[2] for c in calls] == [16, 8, 8, 128]
+    # decode -> (settle) warm-up -> measured prefill at once -> (settle) concurrency 1
+    assert warm_up[0] - decode[1] >= 0.4
+    assert prefill[0] - warm_up[1] < 0.4
+    assert level[0] - prefill[1] >= 0.4
+
+
+FAKE_SERVE = """
+import json, os, time
+def add_cli_args(parser):
+    parser.add_argument("--label")
+    parser.add_argument("--result-dir")
+    parser.add_argument("--result-filename")
+def main(args):
+    with open(os.path.join(args.result_dir, args.result_filename), "w") as out:
+        json.dump({"label": args.label, "at": time.time()}, out)
+"""
+
+
+def test_the_shim_pauses_before_each_run(tmp_path: Path) -> None:
+    # the shim as the engine's Python runs it, against a stand-in for vllm.benchmarks.serve
+    package = tmp_path / "lib" / "vllm" / "benchmarks"
+    package.mkdir(parents=True)
+    for folder in (package.parent, package):
+        (folder / "__init__.py").write_text("")
+    (package / "serve.py").write_text(FAKE_SERVE)
+    runs = [
+        ["--label", label, "--result-dir", str(tmp_path), "--result-filename", f"{label}.json"]
+        for label in ("a", "b")
+    ]
+    import subprocess
+    import time
+
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", SHIM, json.dumps(runs), "0.4"],
+        env={"PYTHONPATH": str(tmp_path / "lib"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    results = [json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines()]
+    assert [r["label"] for r in results] == ["a", "b"]
+    assert results[0]["at"] - started >= 0.4
+    assert results[1]["at"] - results[0]["at"] >= 0.4
+    argv = command_for([ServeRun("d", 64, 8, 2, 1, 1)], target(), NativeExec("py"), "/o", 2.5)
+    assert argv[-1] == "2.5"
 
 
 # --- /metrics -----------------------------------------------------------------------------
@@ -266,6 +343,7 @@ def test_serve_args_and_command_never_carry_the_key() -> None:
     assert args[args.index("--tokenizer") + 1] == "/mnt/llm_models/GLM"
     assert args[args.index("--max-concurrency") + 1] == "4"
     assert args[args.index("--result-filename") + 1] == "c4.json"
+    assert "--save-detailed" in args  # per-request timings, for the burst rule
     argv = command_for([run], keyed, ContainerExec("sm120-glm52"), "/tmp/out")
     assert argv[:6] == ["docker", "exec", "-e", "OPENAI_API_KEY", "sm120-glm52", "python3"]
     assert argv[6:8] == ["-c", SHIM]
@@ -281,6 +359,105 @@ def test_parse_a_real_save_result_document() -> None:
     assert figures.median_ttft_ms == pytest.approx(82.71364650022406)
     assert figures.prefill_tps == pytest.approx((65 / 2) / 0.08271364650022406)
     assert figures.spec_acceptance_rate is None
+
+
+def test_bursts_in_a_real_detailed_save_result_document() -> None:
+    # a real `vllm bench serve --save-detailed` run on the tiny CPU server: 3 of its 8 decode
+    # streams arrived whole after ~0.22 s (TTFT == latency), which vLLM counts as ~0 TPOT
+    document = json.loads((DATA / "vllm_bench_serve_detailed.json").read_text())
+    figures = parse_serve_result(document)
+    assert figures.completed == 8 and figures.bursty == 3
+    assert figures.decode_tps == pytest.approx(1000 / document["mean_tpot_ms"])
+    smooth = [
+        (latency - ttft) / (tokens - 1)
+        for ttft, latency, tokens in zip(
+            document["ttfts"], document["latencies"], document["output_lens"], strict=True
+        )
+        if latency - ttft > latency / 10
+    ]
+    assert len(smooth) == 5
+    assert figures.smooth_tpot_ms == pytest.approx(1000 * sum(smooth) / 5)
+    # vLLM's own figure, bursts in, reads far above what the smooth streams show
+    assert figures.smooth_decode_tps is not None and figures.decode_tps is not None
+    assert 400 < figures.smooth_decode_tps < 0.7 * figures.decode_tps
+
+
+def test_a_summary_only_document_has_no_burst_figures() -> None:
+    document = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    figures = parse_serve_result(document)
+    assert (figures.bursty, figures.smooth_tpot_ms) == (0, None)
+    assert figures.smooth_decode_tps == figures.decode_tps
+
+
+def test_failed_and_one_token_requests_are_left_out_of_the_burst_count() -> None:
+    document = {
+        "completed": 2,
+        "mean_tpot_ms": 5.0,
+        "ttfts": [0.01, 0.0, 0.5, 0.5],
+        "latencies": [1.01, 0.0, 0.5, 0.501],
+        "output_lens": [201, 0, 1, 101],
+        "errors": ["", "HTTP 500", "", ""],
+    }
+    figures = parse_serve_result(document)
+    # request 0: 1 s over 200 tokens; request 3: 1 ms over 100 tokens after 0.5 s, bursty
+    assert figures.bursty == 1
+    assert figures.smooth_tpot_ms == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "ttft", "span", "bursty"),
+    [
+        (128, 0.01, 0.2, False),
+        (128, 0.2, 0.001, True),  # everything held back and flushed at once
+        (128, 0.9, 0.1, False),  # exactly a tenth of the request's time: not a burst
+        (128, 0.9, 0.0999, True),
+        (7, 0.2, 0.0, False),  # too few tokens to tell
+        (None, 0.2, 0.0, False),
+    ],
+)
+def test_the_burst_rule(tokens: int | None, ttft: float, span: float, bursty: bool) -> None:
+    from sm120.measure.load import arrived_in_burst
+
+    assert arrived_in_burst(tokens, ttft, span) is bursty
+
+
+def test_decode_by_vllm_bench_serve_follows_the_same_burst_rule() -> None:
+    from sm120.measure.bench import BenchRun, _decode, _header
+    from sm120.measure.vllm_bench import ServeFigures
+
+    def decode_of(figures: ServeFigures) -> tuple[dict[str, object], list[str]]:
+        options = BenchOptions(tool="vllm")
+        steps = plan_steps(options, target())
+        run = BenchRun(target(), options, steps, print, Path("unused"))
+        run.report = _header(target(), options, steps)
+        _decode(run, {"decode": figures})
+        return run.report["decode"], run.report["notes"]
+
+    base = ServeFigures(
+        completed=8,
+        failed=0,
+        duration_s=2.0,
+        input_tokens=512,
+        output_tokens=1024,
+        output_throughput=512.0,
+        mean_ttft_ms=10.0,
+        mean_tpot_ms=1.0,
+        spec_acceptance_rate=None,
+        spec_acceptance_length=None,
+    )
+    decode, notes = decode_of(base)
+    assert (decode["tps"], decode["tps_all_requests"], decode["bursty"]) == (1000.0, 1000.0, 0)
+    assert notes == []
+    decode, notes = decode_of(dataclasses.replace(base, bursty=3, smooth_tpot_ms=2.0))
+    assert (decode["tps"], decode["tps_all_requests"], decode["bursty"]) == (500.0, 1000.0, 3)
+    assert notes == [
+        "3 of 8 decode requests arrived in bursts (tokens held back, then sent at once); "
+        "decode tok/s is counted over the others; is the server short of CPU?"
+    ]
+    # every stream a burst: the end-to-end rate, a true lower bound
+    decode, notes = decode_of(dataclasses.replace(base, bursty=8, smooth_tpot_ms=None))
+    assert decode["tps"] == 512.0
+    assert "end to end (a lower bound)" in notes[0]
 
 
 def test_spec_acceptance_percent_becomes_a_fraction() -> None:
@@ -401,8 +578,9 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
     monkeypatch.delenv("VLLM_PYTHON", raising=False)
     deployment.speeds.decode_per_token = 0.001
     code, out, err = invoke(
-        cli, "bench", "--lengths", "64", "--decode-tokens", "8", "--requests", "2", "--json"
-    )
+        cli, "bench", "--lengths", "64", "--decode-tokens", "8", "--requests", "2", "--json",
+        "--settle", "0",
+    )  # fmt: skip
     assert code == 0, err  # flagged, but only --fail-on-regression turns it into exit 1
     report = json.loads(out)
     assert report["key"] == "vllm/vllm-openai:v0.32.0|h"
@@ -414,7 +592,9 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
     assert report["comparisons"][0]["regression"] is True
     assert "regression beyond the threshold: decode tok/s vs baseline" in err
     assert KEY not in out + err
-    code, _, _ = invoke(cli, "bench", "--quick", "--lengths", "64", "--fail-on-regression")
+    code, _, _ = invoke(
+        cli, "bench", "--quick", "--lengths", "64", "--fail-on-regression", "--settle", "0"
+    )
     assert code == 1
     assert len(history.records("vllm/vllm-openai:v0.32.0|h")) == 2
 
@@ -422,7 +602,7 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
 def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> None:
     code, out, _ = invoke(
         cli, "bench", "--tool", "ours", "--lengths", "32,64", "--concurrency", "1,2",
-        "--decode-tokens", "8", "--requests", "2", "--no-save",
+        "--decode-tokens", "8", "--requests", "2", "--no-save", "--settle", "0",
     )  # fmt: skip
     assert code == 0
     assert "decode (single stream, 8 tokens):" in out
@@ -453,6 +633,10 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
         (
             ["--decode-tokens", "1"],
             "Error: --decode-tokens must be 2 or more, got 1 (hint: e.g. --decode-tokens 8)",
+        ),
+        (
+            ["--settle", "-1"],
+            "Error: --settle must be 0 to 600 seconds, got -1 (hint: e.g. --settle 2)",
         ),
         (
             ["--name", "nope"],

@@ -54,6 +54,9 @@ def bench(
         None, "--decode-tokens", help="Tokens per decode request."
     ),
     requests: int | None = typer.Option(None, "--requests", help="Requests per point."),
+    settle: float = typer.Option(
+        2.0, "--settle", help="Seconds to pause before each measured phase, either tool."
+    ),
     threshold: float = typer.Option(
         0.10, "--threshold", help="Regression: this fraction below a reference."
     ),
@@ -77,7 +80,9 @@ def bench(
     from sm120.state import sm120_home
 
     options = _options(quick, sweep, tool, lengths, concurrency, decode_tokens, requests)
-    options = replace(options, vllm_python=vllm_python)
+    if not 0.0 <= settle <= 600.0:
+        raise SM120Error(f"--settle must be 0 to 600 seconds, got {settle:g}", "e.g. --settle 2")
+    options = replace(options, vllm_python=vllm_python, settle_s=settle)
     if not 0.0 < threshold < 1.0:
         raise SM120Error(f"--threshold must be between 0 and 1, got {threshold}", "e.g. 0.10")
     target = find_target(name, url, model)

@@ -65,18 +65,26 @@ class RequestTiming:
 
     @property
     def bursty(self) -> bool:
-        """The tokens after the first arrived in under a tenth of the request's time: the
-        server (often its API process, starved of CPU) held them back and let them go at
-        once, so the decode rate says little. Meant for decode runs (short prompts, many
-        tokens), where generating takes most of the time."""
-        if (self.completion_tokens or 0) < 8 or self.first_at is None or self.last_at is None:
+        if self.first_at is None or self.last_at is None:
             return False
-        return (self.last_at - self.first_at) < (self.last_at - self.started) / 10
+        return arrived_in_burst(
+            self.completion_tokens, self.first_at - self.started, self.last_at - self.first_at
+        )
 
     @property
     def prefill_tps(self) -> float | None:
         ttft = self.ttft_s
         return self.prompt_tokens / ttft if self.prompt_tokens and ttft else None
+
+
+def arrived_in_burst(tokens: int | None, ttft_s: float, decode_span_s: float) -> bool:
+    """The tokens after the first arrived in under a tenth of the request's time: the server
+    (often its API process, starved of CPU) held them back and let them go at once, so the
+    decode rate says little. Meant for decode runs (short prompts, many tokens), where
+    generating takes most of the time. One rule for both tools, so their figures compare."""
+    if (tokens or 0) < 8:
+        return False
+    return decode_span_s < (ttft_s + decode_span_s) / 10
 
 
 @dataclass

@@ -15,6 +15,7 @@ never through argv, where `ps` would show it.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 from sm120.client import mask_secret
 from sm120.errors import SM120Error
+from sm120.measure.load import arrived_in_burst
 from sm120.measure.target import API_KEY_ENV, Target, run_with_api_key
 
 RESULT_MARK = "SM120-BENCH-RESULT "
@@ -31,13 +33,15 @@ TOOL_NAME = "vllm bench serve"
 # Runs inside the engine's Python. Reads each saved result back and prints it on one marked
 # line, so the caller needs no access to the engine's filesystem (a container's, say).
 SHIM = """
-import json, os, sys
+import json, os, sys, time
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser as Parser
 except ImportError:
     from argparse import ArgumentParser as Parser
 from vllm.benchmarks.serve import add_cli_args, main
+settle = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 for argv in json.loads(sys.argv[1]):
+    time.sleep(settle)
     parser = Parser(prog="vllm bench serve")
     add_cli_args(parser)
     args = parser.parse_args(argv)
@@ -162,6 +166,9 @@ def serve_args(run: ServeRun, target: Target, result_dir: str) -> list[str]:
         "--metric-percentiles", "50,99",
         "--disable-tqdm",
         "--save-result",
+        # Per-request TTFTs and latencies: streams held back and flushed at once are told
+        # apart by the same rule as in our own client (load.arrived_in_burst).
+        "--save-detailed",
         "--result-dir", result_dir,
         "--result-filename", f"{run.label}.json",
         "--label", run.label,
@@ -169,10 +176,14 @@ def serve_args(run: ServeRun, target: Target, result_dir: str) -> list[str]:
 
 
 def command_for(
-    runs: Sequence[ServeRun], target: Target, executor: EngineExec, result_dir: str
+    runs: Sequence[ServeRun],
+    target: Target,
+    executor: EngineExec,
+    result_dir: str,
+    settle_s: float = 0.0,
 ) -> list[str]:
     argvs = [serve_args(run, target, result_dir) for run in runs]
-    return executor.command(["-c", SHIM, json.dumps(argvs)])
+    return executor.command(["-c", SHIM, json.dumps(argvs), str(settle_s)])
 
 
 def run_serve_benchmarks(
@@ -183,10 +194,12 @@ def run_serve_benchmarks(
     *,
     on_line: Callable[[str], None] = lambda _line: None,
     timeout_s: float = 7200.0,
+    settle_s: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Run every benchmark in one process; one parsed --save-result document per run."""
+    """Run every benchmark in one process, `settle_s` apart; one parsed --save-result
+    document per run."""
     result_dir.mkdir(parents=True, exist_ok=True)
-    argv = command_for(runs, target, executor, str(result_dir))
+    argv = command_for(runs, target, executor, str(result_dir), settle_s)
     tail: deque[str] = deque(maxlen=20)
     results: list[dict[str, Any]] = []
 
@@ -228,11 +241,23 @@ class ServeFigures:
     spec_acceptance_rate: float | None
     spec_acceptance_length: float | None
     median_ttft_ms: float | None = None
+    bursty: int = 0
+    """Requests whose tokens arrived in one burst (known when the document is detailed)."""
+    smooth_tpot_ms: float | None = None
+    """vLLM's mean TPOT over the requests that did not arrive in bursts; None if all did."""
 
     @property
     def decode_tps(self) -> float | None:
-        """Per-request decode rate: 1 / time per output token after the first."""
+        """Per-request decode rate, vLLM's own: 1 / mean time per output token after the
+        first, over every request."""
         return 1000.0 / self.mean_tpot_ms if self.mean_tpot_ms else None
+
+    @property
+    def smooth_decode_tps(self) -> float | None:
+        """The same over the requests that did not arrive in bursts."""
+        if not self.bursty:
+            return self.decode_tps
+        return 1000.0 / self.smooth_tpot_ms if self.smooth_tpot_ms else None
 
     @property
     def prefill_tps(self) -> float | None:
@@ -247,6 +272,7 @@ def parse_serve_result(document: dict[str, Any]) -> ServeFigures:
         return float(value) if isinstance(value, (int, float)) else None
 
     rate = number("spec_decode_acceptance_rate")
+    bursty, smooth_tpot_ms = _bursts(document)
     return ServeFigures(
         completed=int(document.get("completed") or 0),
         failed=int(document.get("failed") or 0),
@@ -260,4 +286,25 @@ def parse_serve_result(document: dict[str, Any]) -> ServeFigures:
         spec_acceptance_rate=rate / 100.0 if rate is not None else None,
         spec_acceptance_length=number("spec_decode_acceptance_length"),
         median_ttft_ms=number("median_ttft_ms"),
+        bursty=bursty,
+        smooth_tpot_ms=smooth_tpot_ms,
     )
+
+
+def _bursts(document: dict[str, Any]) -> tuple[int, float | None]:
+    """From a --save-detailed document: how many requests arrived in bursts, and vLLM's TPOT
+    (latency - TTFT over tokens - 1, as vLLM computes it) averaged over the others."""
+    columns = [document.get(key) for key in ("ttfts", "latencies", "output_lens")]
+    if not all(isinstance(column, list) for column in columns):
+        return 0, None
+    errors = document.get("errors") or []
+    bursty, tpots = 0, []
+    for index, (ttft, latency, tokens) in enumerate(zip(*columns, strict=False)):
+        failed = index < len(errors) and errors[index]
+        if failed or not isinstance(tokens, int) or tokens < 2 or not ttft:
+            continue
+        if arrived_in_burst(tokens, ttft, latency - ttft):
+            bursty += 1
+        else:
+            tpots.append((latency - ttft) / (tokens - 1))
+    return bursty, statistics.fmean(tpots) * 1000.0 if tpots else None
