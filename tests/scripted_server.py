@@ -62,6 +62,8 @@ class Counters:
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
+    prefix_queried: int = 0
+    prefix_hits: int = 0
 
 
 class ScriptedServer(LoopbackServer):
@@ -83,6 +85,8 @@ class ScriptedServer(LoopbackServer):
         self.counters = Counters()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
+        self.cached_blocks: set[tuple[int, ...]] = set()
+        """Token-id prompts seen, as every 16-token block prefix: a prefix cache's worth."""
         super().__init__(_handler_for(self), _QuietServer)
 
     def when(self, pattern: str, answer: Answer) -> ScriptedServer:
@@ -300,6 +304,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._event({"choices": [], "usage": usage})
         self._done()
         self._count(prompt_tokens, max_tokens)
+        if isinstance(prompt, list):
+            self._cache_prefix(prompt)
+
+    def _cache_prefix(self, prompt: list[int]) -> None:
+        """Count the leading full blocks an earlier prompt already had, as vLLM's prefix
+        cache does (block size 16), then remember this prompt's blocks."""
+        prefixes = [tuple(prompt[:end]) for end in range(16, len(prompt) + 1, 16)]
+        with self.scripted.lock:
+            hits = 0
+            for prefix in prefixes:
+                if prefix not in self.scripted.cached_blocks:
+                    break
+                hits += 16
+            self.scripted.cached_blocks.update(prefixes)
+            self.scripted.counters.prefix_queried += len(prompt)
+            self.scripted.counters.prefix_hits += hits
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -336,6 +356,8 @@ class _Handler(BaseHTTPRequestHandler):
             "# TYPE vllm:prompt_tokens_total counter",
             f"vllm:prompt_tokens_total{label} {float(c.prompt_tokens)}",
             f"vllm:generation_tokens_total{label} {float(c.generation_tokens)}",
+            f"vllm:prefix_cache_queries_total{label} {float(c.prefix_queried)}",
+            f"vllm:prefix_cache_hits_total{label} {float(c.prefix_hits)}",
         ]
         if self.scripted.speculative:
             lines += [

@@ -228,6 +228,50 @@ def test_bench_notes_bursty_streams(
     ]
 
 
+def test_fresh_prompts_never_hit_the_prefix_cache(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        mode="quick", tool="ours", lengths=(64,), decode_tokens=8, requests=3, settle_s=0.0
+    )
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    # 3 decode prompts of 64, then 1 warm-up and 3 measured prompts of 64
+    assert report["prefix_cache"] == {
+        "queried_tokens": 7 * 64,
+        "hit_tokens": 0,
+        "tool": "/metrics counters",
+    }
+    assert not any("prefix cache" in note for note in report["notes"])
+
+
+def test_prefix_cache_hits_are_reported(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sm120.measure import bench
+
+    class RepeatingPool(TokenPool):
+        """Every prompt of a length is the same prompt: vLLM's random dataset on a small
+        vocabulary comes close to this."""
+
+        def prompt(self, length: int) -> list[int]:
+            return list(range(100, 100 + length))
+
+    monkeypatch.setattr(bench, "TokenPool", RepeatingPool)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        mode="quick", tool="ours", lengths=(64,), decode_tokens=8, requests=2, settle_s=0.0
+    )
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    # decode: 2 x 64, the second all cached; prefill: 3 x 64, all cached (the decode
+    # prompts were of the same length, so the same prompt)
+    assert report["prefix_cache"]["hit_tokens"] == 64 + 3 * 64
+    assert (
+        "the prefix cache served 256 of 320 prompt tokens during the run: TTFT and prefill "
+        "figures may read fast"
+    ) in report["notes"]
+
+
 def test_each_measured_phase_starts_after_a_settle(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

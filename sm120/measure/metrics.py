@@ -16,7 +16,8 @@ SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
-CACHE_HIT_TOKENS = "vllm:prompt_tokens_cached_total"
+PREFIX_QUERIED_TOKENS = "vllm:prefix_cache_queries_total"
+PREFIX_HIT_TOKENS = "vllm:prefix_cache_hits_total"
 
 
 def parse_counters(text: str) -> dict[str, float]:
@@ -80,3 +81,24 @@ def spec_decode(delta: Mapping[str, float]) -> SpecDecodeFigures | None:
         accepted_tokens=int(delta.get(SPEC_ACCEPTED, 0.0)),
     )
     return figures if figures.drafts or figures.draft_tokens else None
+
+
+@dataclass(frozen=True)
+class PrefixCacheFigures:
+    """Prompt tokens the prefix cache was asked for and served, in one run."""
+
+    queried_tokens: int
+    hit_tokens: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"queried_tokens": self.queried_tokens, "hit_tokens": self.hit_tokens}
+
+
+def prefix_cache(delta: Mapping[str, float]) -> PrefixCacheFigures | None:
+    """None when the server does not count prefix-cache queries."""
+    if PREFIX_QUERIED_TOKENS not in delta:
+        return None
+    return PrefixCacheFigures(
+        queried_tokens=int(delta.get(PREFIX_QUERIED_TOKENS, 0.0)),
+        hit_tokens=int(delta.get(PREFIX_HIT_TOKENS, 0.0)),
+    )

@@ -132,6 +132,16 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     # benchmarks/bench_vs_vllm.py, not asserted here)
     assert bool(ours["decode"]["bursty"]) == any("in bursts" in n for n in ours["notes"])
     assert sane_seconds(ours["prefill"][0]["ttft_s"])
+    # vLLM's own counters: every prompt we sent was queried, none was served from the cache
+    # (our prompts are drawn id by id; a block-long shared prefix would take a 1-in-512^16)
+    cache = ours["prefix_cache"]
+    assert cache["tool"] == "/metrics counters" and cache["hit_tokens"] == 0
+    assert cache["queried_tokens"] >= 2 * 64 + 3 * 256  # decode, warm-up and measured prompts
+    decode = ours["decode"]
+    if decode["bursty"] == 0:  # the figure over every stream is the figure
+        assert decode["tps_all_requests"] == pytest.approx(decode["tps"])
+    else:
+        assert decode["tps_all_requests"] > 1.0
 
 
 # --- gates ------------------------------------------------------------------------------------
