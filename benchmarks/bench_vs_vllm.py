@@ -1,9 +1,12 @@
 """sm120's own decode and prefill figures against `vllm bench serve`, on one tiny server.
 
 Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
-  1. tool level: alternating rounds of `sm120 bench --tool vllm` (vllm bench serve in the
-     engine's venv, its --save-result JSON parsed) and `sm120 bench --tool ours`, with the
-     same prompt lengths, token counts and request counts; medians over the rounds;
+  1. tool level: rounds of `sm120 bench --tool vllm` (vllm bench serve in the engine's venv,
+     its --save-result JSON parsed) and `sm120 bench --tool ours`, with the same prompt
+     lengths, token counts and request counts, the tool that goes first swapped every round
+     (so neither always runs on the tail of the other); medians over the rounds, and a 90%
+     bootstrap interval of each ratio over the rounds, because on 2 shared cores one round of
+     8 streams moves a figure by 10-20%;
   2. request level: vLLM's own request function against sm120's, alternating request by
      request (benchmarks/request_ab.py, run by the engine's Python), medians over all pairs
      and over the pairs where neither stream arrived in bursts.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -123,7 +127,7 @@ def compare(home: Path, lengths: tuple[int, ...], args: argparse.Namespace) -> d
     target = target_for_deployment(None)
     samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
     for number in range(1, args.rounds + 1):
-        for tool in ("vllm", "ours"):
+        for tool in ("vllm", "ours") if number % 2 else ("ours", "vllm"):
             options = BenchOptions(
                 mode="quick",
                 tool=tool,
@@ -184,12 +188,41 @@ def print_pairs(found: dict[str, Any], length: int, out: int) -> None:
 
 
 def print_table(samples: dict[str, Any], rounds: int) -> None:
-    print(f"figure (median of {rounds})        sm120      vllm bench serve   sm120/vllm")
+    print(
+        f"figure (median of {rounds})        sm120      vllm bench serve   sm120/vllm"
+        "   90% interval"
+    )
     for name, theirs in samples["vllm"].items():
         ours = samples["sm120"][name]
         mine, their = statistics.median(ours), statistics.median(theirs)
-        ratio = f"{mine / their:>10.3f}" if their else f"{'-':>10}"
-        print(f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {ratio}")
+        if not their:
+            print(f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {'-':>10}")
+            continue
+        low, high = ratio_interval(ours, theirs)
+        print(
+            f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {mine / their:>10.3f}"
+            f"   {low:.3f}-{high:.3f}"
+        )
+
+
+def ratio_interval(
+    ours: list[float], theirs: list[float], resamples: int = 2000
+) -> tuple[float, float]:
+    """5th and 95th percentile of median(ours) / median(theirs) with the rounds resampled
+    (a round keeps its two runs together: they ran back to back). Fixed seed: the same
+    samples always print the same interval."""
+    rng = random.Random(0)
+    rounds = list(zip(ours, theirs, strict=True))
+    ratios = []
+    for _ in range(resamples):
+        picked = [rng.choice(rounds) for _ in rounds]
+        denominator = statistics.median(b for _, b in picked)
+        if denominator:
+            ratios.append(statistics.median(a for a, _ in picked) / denominator)
+    if not ratios:
+        return float("nan"), float("nan")
+    ratios.sort()
+    return ratios[int(0.05 * (len(ratios) - 1))], ratios[int(0.95 * (len(ratios) - 1))]
 
 
 if __name__ == "__main__":

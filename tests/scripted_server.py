@@ -4,9 +4,10 @@ Where tests/fake_openai_server.py replays a queue of replies for client tests, t
 answers by rule, like a model that knows the answers: the first rule whose regex matches the
 last user message decides the reply (content, reasoning, tool calls), on both
 /v1/chat/completions and /v1/messages, always streamed. It also speaks the parts of vLLM the
-benchmarks use: /v1/completions with token-id prompts at a scripted prefill and decode speed,
-/tokenize (one token per word), /v1/models with max_model_len, and /metrics counters,
-including speculative-decoding drafts when asked to.
+benchmarks use: /v1/completions with text or token-id prompts at a scripted prefill and
+decode speed, /tokenize (one token per word) and /detokenize (one word per token),
+/v1/models with max_model_len, and /metrics counters, including speculative-decoding drafts
+when asked to.
 """
 
 from __future__ import annotations
@@ -85,8 +86,10 @@ class ScriptedServer(LoopbackServer):
         self.counters = Counters()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
-        self.cached_blocks: set[tuple[int, ...]] = set()
-        """Token-id prompts seen, as every 16-token block prefix: a prefix cache's worth."""
+        self.cached_blocks: set[tuple[int | str, ...]] = set()
+        """Prompts seen (ids, or words for text), as every 16-token block prefix."""
+        self.detokenizes = True
+        """False: answer /detokenize with 404, as a server without the endpoint."""
         super().__init__(_handler_for(self), _QuietServer)
 
     def when(self, pattern: str, answer: Answer) -> ScriptedServer:
@@ -181,6 +184,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/tokenize":
             self._tokenize(body)
             return
+        if self.path == "/detokenize":
+            self._detokenize(body)
+            return
         if not self._authorised():
             return
         if self.path == "/v1/chat/completions":
@@ -204,6 +210,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(
             200, {"count": count, "max_model_len": self.scripted.max_model_len, "tokens": ids}
         )
+
+    def _detokenize(self, body: dict[str, Any]) -> None:
+        if not self.scripted.detokenizes:
+            self._json(404, {"detail": "Not Found"})
+            return
+        self._json(200, {"prompt": " ".join(f"w{token}" for token in body.get("tokens") or [])})
 
     def _chat(self, body: dict[str, Any]) -> None:
         messages = body.get("messages") or []
@@ -304,10 +316,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._event({"choices": [], "usage": usage})
         self._done()
         self._count(prompt_tokens, max_tokens)
-        if isinstance(prompt, list):
-            self._cache_prefix(prompt)
+        self._cache_prefix(prompt if isinstance(prompt, list) else str(prompt).split())
 
-    def _cache_prefix(self, prompt: list[int]) -> None:
+    def _cache_prefix(self, prompt: list[int] | list[str]) -> None:
         """Count the leading full blocks an earlier prompt already had, as vLLM's prefix
         cache does (block size 16), then remember this prompt's blocks."""
         prefixes = [tuple(prompt[:end]) for end in range(16, len(prompt) + 1, 16)]

@@ -8,11 +8,12 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from sm120.measure import history, metrics
+from sm120.measure import bench, history, metrics
 from sm120.measure.bench import BenchError, BenchOptions, plan_steps, run_bench
 from sm120.measure.load import TokenPool, run_load
 from sm120.measure.target import Target, save_plan, target_for_url
@@ -208,6 +209,69 @@ def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.M
     assert len({tuple(prompt) for prompt in completions}) == len(completions)
 
 
+def test_bench_sends_text_of_the_exact_length(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a client sends text, and tokenizing it is part of TTFT, as in vllm bench serve
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
+    )
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    prompts = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    assert all(isinstance(prompt, str) for prompt in prompts)
+    # 2 decode prompts of 64 tokens, then 1 warm-up and 2 measured of 48
+    assert [len(prompt.split()) for prompt in prompts] == [64, 64, 48, 48, 48]
+    assert report["tools"]["sm120"] == bench.OURS_HOW
+    assert report["prefill"][0]["prompt_tokens"] == 48
+    assert not any("token ids" in note for note in report["notes"])
+
+
+def test_without_detokenize_the_prompts_go_out_as_token_ids(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    scripted.detokenizes = False
+    options = BenchOptions(
+        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
+    )
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    prompts = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    assert [len(prompt) for prompt in prompts] == [64, 64, 48, 48, 48]
+    assert all(isinstance(prompt, list) for prompt in prompts)
+    assert report["tools"]["sm120"] == bench.OURS_HOW_IDS
+    assert (
+        "the server gave no exact-length text for our prompts (no /detokenize?): they went "
+        "out as token ids, so TTFT leaves out tokenizing"
+    ) in report["notes"]
+
+
+def test_prompts_that_would_not_settle_as_text_are_counted(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sm120.measure import prompts
+
+    real = prompts.exact_text
+    calls = iter(range(100))
+
+    def every_other(*args: Any) -> str | None:
+        return real(*args) if next(calls) % 2 else None
+
+    monkeypatch.setattr(prompts, "exact_text", every_other)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
+    )
+    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    sent = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    assert [isinstance(prompt, str) for prompt in sent] == [False, True, False, True, False]
+    assert report["tools"]["sm120"] == bench.OURS_HOW
+    assert (
+        "3 of 5 prompts did not tokenize back to their exact length as text and went out as "
+        "token ids (their TTFT leaves out tokenizing)"
+    ) in report["notes"]
+
+
 def test_bench_notes_bursty_streams(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,7 +312,6 @@ def test_fresh_prompts_never_hit_the_prefix_cache(
 def test_prefix_cache_hits_are_reported(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sm120.measure import bench
 
     class RepeatingPool(TokenPool):
         """Every prompt of a length is the same prompt: vLLM's random dataset on a small
@@ -276,8 +339,6 @@ def test_each_measured_phase_starts_after_a_settle(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
-
-    from sm120.measure import bench
 
     calls: list[tuple[float, float, int]] = []  # (start, end, max_tokens) of each load
     real_load = bench._load
@@ -651,7 +712,7 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
     assert code == 0
     assert "decode (single stream, 8 tokens):" in out
     assert "speculative decoding: acceptance 66.7%, length 3.00" in out
-    assert "sm120: aiohttp, streamed /v1/completions, exact token-id prompts" in out
+    assert "sm120: aiohttp, streamed /v1/completions, text prompts of exact token lengths" in out
     assert history.records("vllm/vllm-openai:v0.32.0|h") == []
 
 

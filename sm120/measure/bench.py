@@ -3,8 +3,8 @@
 Which tool measures what (`--tool auto`):
   decode and the concurrency sweep  -> `vllm bench serve` in the engine's environment, the
                                        well-kept tool, when it can run there; else ours
-  TTFT / prefill at each length     -> ours: exact prompt lengths in server token ids and a
-                                       streamed TTFT per request
+  TTFT / prefill at each length     -> ours: text prompts that the server's tokenizer turns
+                                       into exact lengths, and a streamed TTFT per request
   speculative-decoding acceptance   -> the server's /metrics counters, before and after
 Every figure in the report names the tool that produced it.
 """
@@ -20,6 +20,7 @@ from typing import Any, Literal
 from sm120.errors import SM120Error
 from sm120.measure import metrics
 from sm120.measure.load import LoadResult, Prompt, TokenPool, run_load, text_prompts
+from sm120.measure.prompts import TextPrompts
 from sm120.measure.target import Target
 from sm120.measure.text import vocabulary_sample
 from sm120.measure.vllm_bench import (
@@ -34,7 +35,9 @@ from sm120.measure.vllm_bench import (
 )
 
 OURS = "sm120"
-OURS_HOW = "aiohttp, streamed /v1/completions, exact token-id prompts"
+OURS_HOW = "aiohttp, streamed /v1/completions, text prompts of exact token lengths"
+OURS_HOW_IDS = "aiohttp, streamed /v1/completions, exact token-id prompts"
+OURS_HOW_APPROXIMATE = "aiohttp, streamed /v1/completions, text prompts of approximate lengths"
 METRICS = "/metrics counters"
 STANDARD_LENGTHS = (1024, 8192, 32768, 65536)
 DECODE_PROMPT_TOKENS = 64
@@ -171,12 +174,20 @@ class BenchRun:
     report: dict[str, Any] = field(default_factory=dict)
     _pool: TokenPool | None = None
     _seed: int = 0
+    prompts_made: int = 0
+    prompts_as_ids: int = 0
 
     def prompts(self, length: int, count: int) -> list[Prompt]:
         self._seed += 1
         if self._pool is None:
             return text_prompts(length, count, seed=self._seed)
-        return self._pool.prompts(length, count)
+        drawn = [self._pool.prompt(length) for _ in range(count)]
+        with self.target.wire(timeout=600.0) as wire:
+            maker = TextPrompts(wire, self.target.model, self._pool)
+            made = maker.make(drawn, length)
+        self.prompts_made += count
+        self.prompts_as_ids += maker.as_ids
+        return made
 
 
 def run_bench(
@@ -205,8 +216,26 @@ def run_bench(
     _prefix_cache(run, metrics.prefix_cache(delta))
     figures = [run.report["decode"] or {}, *run.report["prefill"], *run.report["concurrency"]]
     if any(figure.get("tool") == OURS for figure in figures):
-        run.report["tools"][OURS] = OURS_HOW
+        run.report["tools"][OURS] = _how_we_prompted(run)
     return run.report
+
+
+def _how_we_prompted(run: BenchRun) -> str:
+    if run._pool is None:
+        return OURS_HOW_APPROXIMATE
+    made, as_ids = run.prompts_made, run.prompts_as_ids
+    if made and as_ids == made:
+        run.report["notes"].append(
+            "the server gave no exact-length text for our prompts (no /detokenize?): they "
+            "went out as token ids, so TTFT leaves out tokenizing"
+        )
+        return OURS_HOW_IDS
+    if as_ids:
+        run.report["notes"].append(
+            f"{as_ids} of {made} prompts did not tokenize back to their exact length as text "
+            "and went out as token ids (their TTFT leaves out tokenizing)"
+        )
+    return OURS_HOW
 
 
 def _prefix_cache(run: BenchRun, figures: metrics.PrefixCacheFigures | None) -> None:

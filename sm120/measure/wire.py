@@ -31,6 +31,7 @@ CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
 MODELS_PATH = "/v1/models"
 TOKENIZE_PATH = "/tokenize"
+DETOKENIZE_PATH = "/detokenize"
 METRICS_PATH = "/metrics"
 
 # Anthropic stop reasons in OpenAI's words, so every check reads one vocabulary.
@@ -151,14 +152,16 @@ class Wire:
         *,
         prompt: str | None = None,
         messages: Sequence[Mapping[str, Any]] | None = None,
+        special_tokens: bool = False,
     ) -> list[int] | None:
-        """Token ids as the server counts them; None when the server has no /tokenize."""
+        """Token ids as the server counts them; None when the server has no /tokenize.
+        `special_tokens`: count a prompt as /v1/completions does (BOS included)."""
         body: dict[str, Any] = {"model": model}
         if messages is not None:
             body["messages"] = list(messages)
         else:
             body["prompt"] = prompt or ""
-            body["add_special_tokens"] = False
+            body["add_special_tokens"] = special_tokens
         with translate_transport_errors(self.base_url, TOKENIZE_PATH, _WORDING):
             response = self._http.post(TOKENIZE_PATH, json=body)
         if response.status_code in (404, 405, 501):
@@ -168,6 +171,19 @@ class Wire:
         if not isinstance(tokens, list):
             raise BadServerResponse(f"{TOKENIZE_PATH} answered without a 'tokens' list")
         return [int(t) for t in tokens]
+
+    def detokenize(self, model: str, tokens: Sequence[int]) -> str | None:
+        """The text of `tokens`; None when the server has no /detokenize."""
+        body = {"model": model, "tokens": list(tokens)}
+        with translate_transport_errors(self.base_url, DETOKENIZE_PATH, _WORDING):
+            response = self._http.post(DETOKENIZE_PATH, json=body)
+        if response.status_code in (404, 405, 501):
+            return None
+        self._raise_for_status(response, DETOKENIZE_PATH)
+        text = json_object(response, DETOKENIZE_PATH).get("prompt")
+        if not isinstance(text, str):
+            raise BadServerResponse(f"{DETOKENIZE_PATH} answered without a 'prompt' string")
+        return text
 
     def metrics_text(self) -> str | None:
         """The Prometheus page, or None when the server does not publish one."""

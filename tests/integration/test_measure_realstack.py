@@ -125,8 +125,10 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     assert ours["decode"]["tool"] == "sm120"
     assert ours["tools"] == {
         "vllm bench serve": "not used (--tool ours)",
-        "sm120": "aiohttp, streamed /v1/completions, exact token-id prompts",
+        "sm120": "aiohttp, streamed /v1/completions, text prompts of exact token lengths",
     }
+    # every prompt's text tokenized back to its exact length on the real tokenizer
+    assert not any("token ids" in note for note in ours["notes"])
     assert ours["decode"]["tps"] > 1.0 and 0 <= ours["decode"]["bursty"] <= 2
     # bursts are named in the notes (how far the two tools agree is measured by
     # benchmarks/bench_vs_vllm.py, not asserted here)
