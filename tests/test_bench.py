@@ -209,16 +209,32 @@ def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.M
     assert len({tuple(prompt) for prompt in completions}) == len(completions)
 
 
+def quick_bench(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch, *, length: int, requests: int
+) -> dict[str, Any]:
+    """`sm120 bench --quick --tool ours` at one prompt length against the scripted server."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = BenchOptions(
+        mode="quick",
+        tool="ours",
+        lengths=(length,),
+        decode_tokens=8,
+        requests=requests,
+        settle_s=0.0,
+    )
+    return run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+
+
+def sent_prompts(scripted: ScriptedServer) -> list[Any]:
+    return [body["prompt"] for path, body in scripted.requests if path == "/v1/completions"]
+
+
 def test_bench_sends_text_of_the_exact_length(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a client sends text, and tokenizing it is part of TTFT, as in vllm bench serve
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    options = BenchOptions(
-        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
-    )
-    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
-    prompts = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    report = quick_bench(scripted, monkeypatch, length=48, requests=2)
+    prompts = sent_prompts(scripted)
     assert all(isinstance(prompt, str) for prompt in prompts)
     # 2 decode prompts of 64 tokens, then 1 warm-up and 2 measured of 48
     assert [len(prompt.split()) for prompt in prompts] == [64, 64, 48, 48, 48]
@@ -230,13 +246,9 @@ def test_bench_sends_text_of_the_exact_length(
 def test_without_detokenize_the_prompts_go_out_as_token_ids(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.detokenizes = False
-    options = BenchOptions(
-        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
-    )
-    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
-    prompts = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    report = quick_bench(scripted, monkeypatch, length=48, requests=2)
+    prompts = sent_prompts(scripted)
     assert [len(prompt) for prompt in prompts] == [64, 64, 48, 48, 48]
     assert all(isinstance(prompt, list) for prompt in prompts)
     assert report["tools"]["sm120"] == bench.OURS_HOW_IDS
@@ -258,12 +270,8 @@ def test_prompts_that_would_not_settle_as_text_are_counted(
         return real(*args) if next(calls) % 2 else None
 
     monkeypatch.setattr(prompts, "exact_text", every_other)
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    options = BenchOptions(
-        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
-    )
-    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
-    sent = [b["prompt"] for p, b in scripted.requests if p == "/v1/completions"]
+    report = quick_bench(scripted, monkeypatch, length=48, requests=2)
+    sent = sent_prompts(scripted)
     assert [isinstance(prompt, str) for prompt in sent] == [False, True, False, True, False]
     assert report["tools"]["sm120"] == bench.OURS_HOW
     assert (
@@ -295,11 +303,7 @@ def test_bench_notes_bursty_streams(
 def test_fresh_prompts_never_hit_the_prefix_cache(
     scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    options = BenchOptions(
-        mode="quick", tool="ours", lengths=(64,), decode_tokens=8, requests=3, settle_s=0.0
-    )
-    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    report = quick_bench(scripted, monkeypatch, length=64, requests=3)
     # 3 decode prompts of 64, then 1 warm-up and 3 measured prompts of 64
     assert report["prefix_cache"] == {
         "queried_tokens": 7 * 64,
@@ -321,11 +325,7 @@ def test_prefix_cache_hits_are_reported(
             return list(range(100, 100 + length))
 
     monkeypatch.setattr(bench, "TokenPool", RepeatingPool)
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    options = BenchOptions(
-        mode="quick", tool="ours", lengths=(64,), decode_tokens=8, requests=2, settle_s=0.0
-    )
-    report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
+    report = quick_bench(scripted, monkeypatch, length=64, requests=2)
     # decode: 2 x 64, the second all cached; prefill: 3 x 64, all cached (the decode
     # prompts were of the same length, so the same prompt)
     assert report["prefix_cache"]["hit_tokens"] == 64 + 3 * 64

@@ -162,28 +162,32 @@ class Wire:
         else:
             body["prompt"] = prompt or ""
             body["add_special_tokens"] = special_tokens
-        with translate_transport_errors(self.base_url, TOKENIZE_PATH, _WORDING):
-            response = self._http.post(TOKENIZE_PATH, json=body)
-        if response.status_code in (404, 405, 501):
+        answer = self._post_if_served(TOKENIZE_PATH, body)
+        if answer is None:
             return None
-        self._raise_for_status(response, TOKENIZE_PATH)
-        tokens = json_object(response, TOKENIZE_PATH).get("tokens")
+        tokens = answer.get("tokens")
         if not isinstance(tokens, list):
             raise BadServerResponse(f"{TOKENIZE_PATH} answered without a 'tokens' list")
         return [int(t) for t in tokens]
 
     def detokenize(self, model: str, tokens: Sequence[int]) -> str | None:
         """The text of `tokens`; None when the server has no /detokenize."""
-        body = {"model": model, "tokens": list(tokens)}
-        with translate_transport_errors(self.base_url, DETOKENIZE_PATH, _WORDING):
-            response = self._http.post(DETOKENIZE_PATH, json=body)
-        if response.status_code in (404, 405, 501):
+        answer = self._post_if_served(DETOKENIZE_PATH, {"model": model, "tokens": list(tokens)})
+        if answer is None:
             return None
-        self._raise_for_status(response, DETOKENIZE_PATH)
-        text = json_object(response, DETOKENIZE_PATH).get("prompt")
+        text = answer.get("prompt")
         if not isinstance(text, str):
             raise BadServerResponse(f"{DETOKENIZE_PATH} answered without a 'prompt' string")
         return text
+
+    def _post_if_served(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The JSON answer to a POST of an optional endpoint; None when the server lacks it."""
+        with translate_transport_errors(self.base_url, path, _WORDING):
+            response = self._http.post(path, json=body)
+        if response.status_code in (404, 405, 501):
+            return None
+        self._raise_for_status(response, path)
+        return json_object(response, path)
 
     def metrics_text(self) -> str | None:
         """The Prometheus page, or None when the server does not publish one."""
