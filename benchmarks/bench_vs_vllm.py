@@ -6,7 +6,12 @@ Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
      lengths, token counts and request counts, the tool that goes first swapped every round
      (so neither always runs on the tail of the other); medians over the rounds, and a 90%
      bootstrap interval of each ratio over the rounds, because on 2 shared cores one round of
-     8 streams moves a figure by 10-20%;
+     8 streams moves a figure by 10-20%; and each prompt length's TTFT by the request's
+     place in its run. 16 requests per point by default: `vllm bench serve`'s first 2-4
+     requests read 5-25% slow, and with 8 per point they moved its mean-based figures by
+     ~5%. Its process burns seconds of CPU on imports and the dataset just before them; a
+     3 s CPU burn before our own client's run slowed its first requests the same way, 2 s
+     pause or not (likely the kernel's fair scheduler evening out that CPU at wake-ups);
   2. request level: vLLM's own request function against sm120's, alternating request by
      request (benchmarks/request_ab.py, run by the engine's Python), medians over all pairs
      and over the pairs where neither stream arrived in bursts.
@@ -15,7 +20,8 @@ time per output token over the streams that did not arrive in one burst, one rul
 tools (vLLM's side from its --save-detailed per-request record); "all streams" is the same
 over every stream, which is what `vllm bench serve` prints as 1 / mean TPOT.
 
-Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 3] [--pairs 40] [--home DIR]
+Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 12] [--requests 16]
+     [--pairs 30] [--home DIR]    (~11 minutes with the defaults on 2 cores)
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ from sm120.measure.target import target_for_deployment
 # tokens). Our prompts are drawn id by id and never share a block. Off, both tools measure
 # prefill; `sm120 bench` notes any cache hit in its report either way.
 PREFIX_CACHE_OFF = ("--set", "enable-prefix-caching=false")
+
+# per tool, per prompt length: each round's per-request TTFTs (ms) in the order sent
+Positions = dict[str, dict[int, list[list[float]]]]
 
 
 def free_port() -> int:
@@ -81,11 +90,11 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--lengths", default="256,768")
     parser.add_argument("--decode-tokens", type=int, default=128)
-    parser.add_argument("--requests", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument(
         "--home", type=Path, help="use the tiny deployment already running in this SM120_HOME"
     )
@@ -98,8 +107,8 @@ def main() -> None:
     lengths = tuple(int(n) for n in args.lengths.split(","))
     if args.home is not None:
         os.environ["SM120_HOME"] = str(args.home)
-        rows = compare(args.home, lengths, args)
-        report(rows, {n: request_level(n, args) for n in lengths}, args)
+        rows, positions = compare(args.home, lengths, args)
+        report(rows, positions, {n: request_level(n, args) for n in lengths}, args)
         return
     with tempfile.TemporaryDirectory(prefix="sm120-bench-vs-vllm-") as scratch:
         home = Path(scratch)
@@ -110,22 +119,31 @@ def main() -> None:
         if launched.returncode != 0:
             raise SystemExit(f"launch failed:\n{launched.stderr[-3000:]}")
         try:
-            rows = compare(home, lengths, args)
+            rows, positions = compare(home, lengths, args)
             pairs = {n: request_level(n, args) for n in lengths}
         finally:
             sm120(home, "stop")
-    report(rows, pairs, args)
+    report(rows, positions, pairs, args)
 
 
-def report(rows: dict[str, Any], pairs: dict[int, Any], args: argparse.Namespace) -> None:
+def report(
+    rows: dict[str, Any],
+    positions: Positions,
+    pairs: dict[int, Any],
+    args: argparse.Namespace,
+) -> None:
     print_table(rows, args.rounds)
+    print_positions(positions)
     for length, found in pairs.items():
         print_pairs(found, length, args.decode_tokens)
 
 
-def compare(home: Path, lengths: tuple[int, ...], args: argparse.Namespace) -> dict[str, Any]:
+def compare(
+    home: Path, lengths: tuple[int, ...], args: argparse.Namespace
+) -> tuple[dict[str, Any], Positions]:
     target = target_for_deployment(None)
     samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
+    positions: Positions = {"vllm": {}, "sm120": {}}
     for number in range(1, args.rounds + 1):
         for tool in ("vllm", "ours") if number % 2 else ("ours", "vllm"):
             options = BenchOptions(
@@ -140,8 +158,24 @@ def compare(home: Path, lengths: tuple[int, ...], args: argparse.Namespace) -> d
             side = "vllm" if tool == "vllm" else "sm120"
             for name, value in figures(report).items():
                 samples[side].setdefault(name, []).append(value)
+            for point in report["prefill"]:
+                runs = positions[side].setdefault(point["prompt_tokens"], [])
+                runs.append(point.get("ttfts_ms") or [])
             print(f"round {number} {side}: {figures(report)}", file=sys.stderr)
-    return samples
+    return samples, positions
+
+
+def print_positions(positions: Positions) -> None:
+    """TTFT by the request's place in its run, median over the rounds: a run that starts
+    slow and settles shows as falling figures on the left (a client's start-up, not the
+    server's prefill speed)."""
+    for length, theirs in positions["vllm"].items():
+        ours = positions["sm120"].get(length, [])
+        print(f"\nTTFT ms @ {length} by place in the run (median over rounds)")
+        for side, runs in (("sm120", ours), ("vllm", theirs)):
+            count = min((len(run) for run in runs), default=0)
+            places = [statistics.median(run[i] for run in runs) for i in range(count)]
+            print(f"{side:<6} " + " ".join(f"{value:5.1f}" for value in places))
 
 
 def request_level(length: int, args: argparse.Namespace) -> dict[str, Any]:

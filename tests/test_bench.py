@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,7 +240,12 @@ def test_bench_sends_text_of_the_exact_length(
     # 2 decode prompts of 64 tokens, then 1 warm-up and 2 measured of 48
     assert [len(prompt.split()) for prompt in prompts] == [64, 64, 48, 48, 48]
     assert report["tools"]["sm120"] == bench.OURS_HOW
-    assert report["prefill"][0]["prompt_tokens"] == 48
+    point = report["prefill"][0]
+    assert point["prompt_tokens"] == 48
+    # each measured request's TTFT, in the order sent, the warm-up left out
+    assert len(point["ttfts_ms"]) == 2
+    median = statistics.median(point["ttfts_ms"])
+    assert median == pytest.approx(point["median_ttft_s"] * 1000, abs=1e-3)
     assert not any("token ids" in note for note in report["notes"])
 
 
@@ -487,10 +493,18 @@ def test_bursts_in_a_real_detailed_save_result_document() -> None:
     assert 400 < figures.smooth_decode_tps < 0.7 * figures.decode_tps
 
 
+def test_per_request_ttfts_of_a_detailed_document_in_the_order_sent() -> None:
+    document = json.loads((DATA / "vllm_bench_serve_detailed.json").read_text())
+    figures = parse_serve_result(document)
+    assert figures.ttfts_ms == tuple(round(t * 1000, 3) for t in document["ttfts"])
+    failed = {**document, "errors": ["", "boom", *document["errors"][2:]]}
+    assert len(parse_serve_result(failed).ttfts_ms) == 7
+
+
 def test_a_summary_only_document_has_no_burst_figures() -> None:
     document = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
     figures = parse_serve_result(document)
-    assert (figures.bursty, figures.smooth_tpot_ms) == (0, None)
+    assert (figures.bursty, figures.smooth_tpot_ms, figures.ttfts_ms) == (0, None, ())
     assert figures.smooth_decode_tps == figures.decode_tps
 
 

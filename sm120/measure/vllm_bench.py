@@ -245,6 +245,8 @@ class ServeFigures:
     """Requests whose tokens arrived in one burst (known when the document is detailed)."""
     smooth_tpot_ms: float | None = None
     """vLLM's mean TPOT over the requests that did not arrive in bursts; None if all did."""
+    ttfts_ms: tuple[float, ...] = ()
+    """Each successful request's TTFT in the order sent (when the document is detailed)."""
 
     @property
     def decode_tps(self) -> float | None:
@@ -288,6 +290,21 @@ def parse_serve_result(document: dict[str, Any]) -> ServeFigures:
         median_ttft_ms=number("median_ttft_ms"),
         bursty=bursty,
         smooth_tpot_ms=smooth_tpot_ms,
+        ttfts_ms=_ttfts_ms(document),
+    )
+
+
+def _ttfts_ms(document: dict[str, Any]) -> tuple[float, ...]:
+    ttfts = document.get("ttfts")
+    if not isinstance(ttfts, list):
+        return ()
+    errors = document.get("errors") or []
+    return tuple(
+        round(ttft * 1000.0, 3)
+        for index, ttft in enumerate(ttfts)
+        if isinstance(ttft, (int, float))
+        and ttft > 0
+        and not (index < len(errors) and errors[index])
     )
 
 

@@ -87,6 +87,7 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     for point in report["prefill"]:
         assert point["tool"] == "sm120" and point["failed"] == 0
         assert sane_seconds(point["ttft_s"])
+        assert len(point["ttfts_ms"]) == point["requests"]
         assert point["prefill_tps"] == pytest.approx(
             point["prompt_tokens"] / point["ttft_s"], rel=0.3
         )
