@@ -71,18 +71,35 @@ def parse_assignment(text: str, engine: str) -> Assignment:
 
 
 def _check_section_key(path: tuple[str, ...], text: str) -> None:
+    """Each dotted part must name a field of the model it reaches into, down to a leaf
+    (`model.served_name`, or one level further into a nested model: `model.dims.block_size`)."""
     if path[0] in ("env", "args"):
         return
-    section = Recipe.model_fields[path[0]].annotation
-    # An optional section (multinode) is annotated `Model | None`: look inside the union.
-    for member in getattr(section, "__args__", ()):
+    model: Any = _model_of(Recipe.model_fields[path[0]].annotation)
+    for depth, part in enumerate(path[1:], start=1):
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            dotted = ".".join(path)
+            prefix = ".".join(path[:depth])
+            candidates = [f"{prefix}.{f}" for f in fields]
+            raise PlanError(
+                f"--set: unknown recipe key '{dotted}'{did_you_mean(dotted, candidates)}",
+                "see recipes/recipe.schema.json for the keys",
+            )
+        model = _model_of(fields[part].annotation)
+        if model is None and depth < len(path) - 1:
+            raise PlanError(
+                f"--set: unknown recipe key '{'.'.join(path)}': "
+                f"'{'.'.join(path[: depth + 1])}' has no keys below it",
+                "see recipes/recipe.schema.json for the keys",
+            )
+
+
+def _model_of(annotation: Any) -> Any:
+    """The pydantic model an annotation names, looking inside `Model | None`; else None."""
+    if hasattr(annotation, "model_fields"):
+        return annotation
+    for member in getattr(annotation, "__args__", ()):
         if hasattr(member, "model_fields"):
-            section = member
-    fields = getattr(section, "model_fields", {})
-    if len(path) != 2 or path[1] not in fields:
-        dotted = ".".join(path)
-        candidates = [f"{path[0]}.{f}" for f in fields]
-        raise PlanError(
-            f"--set: unknown recipe key '{dotted}'{did_you_mean(dotted, candidates)}",
-            "see recipes/recipe.schema.json for the keys",
-        )
+            return member
+    return None

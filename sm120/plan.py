@@ -217,7 +217,11 @@ def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
                 f"--set {assignment.text}: the plan has no multi-node layout",
                 "pick a multi-node variant first (sm120 recipes show NAME lists them)",
             )
-        section[path[1]] = value
+        for part in path[1:-1]:  # nested models (model.dims.block_size)
+            inner = section.get(part)
+            section[part] = inner = dict(inner) if isinstance(inner, dict) else {}
+            section = inner
+        section[path[-1]] = value
         work.provenance[".".join(path)] = layer
 
 

@@ -578,3 +578,21 @@ def test_a_port_a_stopped_server_left_in_time_wait_is_free() -> None:
     if lingering.returncode == 0:  # ss (iproute2) shows what the test set up
         assert lingering.stdout.strip(), "no TIME_WAIT connection to test against"
     ensure_port_free("127.0.0.1", port)  # as uvicorn would bind it: no error
+
+
+def test_without_a_recipe_a_gpu_that_is_not_sm12x_is_told_what_runs_on_it() -> None:
+    targets = {"sm_90": ("tiny -V gpu",), "sm_120": ("glm52", "tiny -V gpu"), "sm_121": ("dsv4",)}
+    findings = checks.check_gpus(captured("h100_550_table.txt"), Needs(targets=targets))
+    gpu0 = next(f for f in findings if f.id == "gpu0")
+    assert gpu0.severity == "warn"
+    assert gpu0.message.endswith(": not SM120/SM121; validated here: tiny -V gpu")
+    assert gpu0.remediation == (
+        "dsv4, glm52 need SM120/SM121 (NVFP4/MXFP4 kernels and SM12x attention backends) "
+        "and refuse this GPU unless --force S06"
+    )
+
+
+def test_without_any_recipe_for_the_arch_the_gpu_is_named_as_such() -> None:
+    findings = checks.check_gpus(captured("h100_550_table.txt"), Needs())
+    gpu0 = next(f for f in findings if f.id == "gpu0")
+    assert gpu0.message.endswith(": not SM120/SM121; no recipe is validated on sm_90")

@@ -116,6 +116,15 @@ def test_cli_host_port_and_secure_default() -> None:
             ("model.servedname=x",),
             "unknown recipe key 'model.servedname'; did you mean 'model.served_name'?",
         ),
+        (
+            ("model.dims.block_sise=32",),
+            "unknown recipe key 'model.dims.block_sise'; did you mean 'model.dims.block_size'?",
+        ),
+        (
+            ("model.served_name.x=1",),
+            "unknown recipe key 'model.served_name.x': 'model.served_name' has no keys below it",
+        ),
+        (("model.dims.dsa_indexer_cache=sometimes",), "model.dims.dsa_indexer_cache: Input"),
         (("port=1",), "'port' is set by sm120 itself"),
         (("hf-overrides={oops",), "hf-overrides"),
     ],
@@ -124,6 +133,14 @@ def test_bad_set(sets: tuple[str, ...], message: str) -> None:
     with pytest.raises(PlanError) as info:
         plan_for("glm52", sets=sets)
     assert message in info.value.message
+
+
+def test_set_reaches_into_nested_recipe_models() -> None:
+    """`model.dims.X` changes one field of the dims and keeps the others."""
+    plan = plan_for("glm52", sets=("model.dims.dsa_indexer_cache=full_layers",)).plan
+    assert plan.model.dims is not None
+    assert plan.model.dims.dsa_indexer_cache == "full_layers"
+    assert plan.model.dims.kv_lora_rank == 512
 
 
 def test_unknown_variant() -> None:

@@ -41,7 +41,12 @@ def _needs(
     from sm120.doctor.needs import Needs, needs_from_plan
 
     if recipe is None:
-        return Needs(port=port or 8000, host=host or "127.0.0.1", model_dir=model_dir)
+        from sm120.recipe.loader import targets_by_arch
+
+        targets = {arch: tuple(names) for arch, names in targets_by_arch().items()}
+        return Needs(
+            port=port or 8000, host=host or "127.0.0.1", model_dir=model_dir, targets=targets
+        )
     from sm120.dotenv import read_dotenv
     from sm120.plan import PlanRequest, resolve
 

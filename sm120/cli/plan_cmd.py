@@ -103,6 +103,7 @@ def _show(report: Report, recipe: str) -> None:
     )
     table.add_row("KV cache", f"{spec.kv_dtype.name}, {spec.block_size}-token blocks")
     table.add_row("KV layout", planned.layout.summary)
+    table.add_row("allocator modelled", spec.engine_version)
     table.add_row("KV bytes / token / rank", f"{planned.layout.bytes_per_token(context):,.0f}")
     table.add_row(
         f"KV for one {context:,}-token request",

@@ -94,6 +94,29 @@ def describe_gpu(gpu: GpuInfo) -> str:
     return ", ".join(parts)
 
 
+def _not_sm12x(gpu: GpuInfo, arch: str, data: dict[str, Any], needs: Needs) -> Finding:
+    """Without a recipe: say what would and what would not run on a GPU that is not SM12x."""
+    here = list(needs.targets.get(arch, ()))
+    sm12x_only = sorted(
+        {t.split()[0] for a in SM12X for t in needs.targets.get(a, ())}
+        - {t.split()[0] for t in here}
+    )
+    runs = f"validated here: {', '.join(here)}" if here else f"no recipe is validated on {arch}"
+    refused = (
+        f"{', '.join(sm12x_only)} need SM120/SM121 (NVFP4/MXFP4 kernels and SM12x attention "
+        "backends) and refuse this GPU unless --force S06"
+        if sm12x_only
+        else "recipes validated elsewhere refuse this GPU unless --force S06"
+    )
+    return Finding(
+        f"gpu{gpu.index}",
+        "warn",
+        f"{describe_gpu(gpu)}: not SM120/SM121; {runs}",
+        refused,
+        data=data,
+    )
+
+
 def check_gpus(snapshot: Snapshot | None, needs: Needs) -> list[Finding]:
     if snapshot is None:
         return []
@@ -106,8 +129,10 @@ def check_gpus(snapshot: Snapshot | None, needs: Needs) -> list[Finding]:
             findings.append(Finding(f"gpu{gpu.index}", "info", describe_gpu(gpu), "", data=data))
         elif arch in wanted:
             findings.append(Finding(f"gpu{gpu.index}", "ok", describe_gpu(gpu), data=data))
+        elif needs.recipe is None:
+            findings.append(_not_sm12x(gpu, arch, data, needs))
         else:
-            target = needs.recipe or "sm120 recipes"
+            target = needs.recipe
             findings.append(
                 Finding(
                     f"gpu{gpu.index}",

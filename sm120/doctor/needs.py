@@ -30,6 +30,9 @@ class Needs:
     host: str = "127.0.0.1"
     port: int = 8000
     engine: str | None = None
+    # Without a recipe: which recipes (and variants) are validated on each compute capability,
+    # so a GPU that is not SM12x is told what would run on it.
+    targets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def uses_gpus(self) -> bool:

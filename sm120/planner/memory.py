@@ -47,6 +47,7 @@ class PlanSpec:
     utilization: float
     kv_memory_gib: float | None  # given per GPU; None means estimate
     quantization: str
+    engine_version: str = ""  # the engine whose allocator rules the figures follow
 
     @property
     def model_limit(self) -> int:
@@ -140,6 +141,7 @@ def build_spec(
         utilization=float(utilization),
         kv_memory_gib=kv_memory_gib,
         quantization=plan.model.quantization,
+        engine_version=plan.image.engine_version,
     )
 
 

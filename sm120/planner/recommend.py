@@ -219,6 +219,7 @@ def report_document(report: Report, recipe: str, variants: tuple[str, ...]) -> d
         "max_model_len": context,
         "block_size": spec.block_size,
         "kv_cache_dtype": spec.kv_dtype.name,
+        "engine": spec.engine_version,
         "dims_source": spec.dims.source,
         "weights_source": spec.dims.weights_source,
         "weights_gib_per_gpu": None

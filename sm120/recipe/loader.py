@@ -179,3 +179,23 @@ def _cached_load(path: Path, mtime: float) -> Recipe:
 def load_recipe(name: str) -> Recipe:
     path = recipe_path(name)
     return _cached_load(path, path.stat().st_mtime)
+
+
+def targets_by_arch() -> dict[str, list[str]]:
+    """Which recipes and variants are validated on each compute capability, as a user would
+    launch them ("glm52", "tiny -V gpu"); recipes that fail to load are left out."""
+    found: dict[str, list[str]] = {}
+    for name in recipe_names():
+        try:
+            recipe = load_recipe(name)
+        except RecipeError:
+            continue
+        for arch in recipe.hardware.compute_caps:
+            found.setdefault(arch, []).append(name)
+        for variant_name, variant in recipe.variants.items():
+            if variant.hardware is None:
+                continue
+            for arch in variant.hardware.compute_caps:
+                if name not in found.get(arch, []):
+                    found.setdefault(arch, []).append(f"{name} -V {variant_name}")
+    return found

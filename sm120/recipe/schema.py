@@ -147,7 +147,7 @@ class ImageSpec(Strict):
 
 
 class HardwareSpec(Strict):
-    compute_caps: tuple[Literal["sm_120", "sm_121", "sm_100", "cpu"], ...] = Field(
+    compute_caps: tuple[Literal["sm_120", "sm_121", "sm_100", "sm_90", "cpu"], ...] = Field(
         description="Compute capabilities the recipe is validated on."
     )
     gpus: int = Field(ge=0, description="Number of GPUs the recipe uses (0 for CPU).")
