@@ -4,6 +4,7 @@ developer's shell leaks into resolution."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +20,24 @@ ENGINE_CACHE = Path(
 )
 
 
+def gpu_missing() -> str | None:
+    """Why the `gpu` tests cannot run here, or None when they can."""
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU here (nvidia-smi not found); run pytest -m gpu on a GPU machine"
+    if not os.environ.get("VLLM_PYTHON"):
+        return "set VLLM_PYTHON to a CUDA vLLM's python to run the gpu tests"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Integration tests need a real vLLM: VLLM_PYTHON, or the cached managed env (built with
+    """GPU tests need an NVIDIA GPU and a CUDA vLLM; CI has neither and skips them, saying why.
+    Integration tests need a real vLLM: VLLM_PYTHON, or the cached managed env (built with
     the same code `sm120 launch tiny` uses on a fresh machine)."""
+    reason = gpu_missing()
+    if reason:
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(pytest.mark.skip(reason=reason))
     if os.environ.get("VLLM_PYTHON") or not any(
         item.get_closest_marker("integration") for item in items
     ):

@@ -1,0 +1,614 @@
+"""The GPU proof: sm120 driving CUDA vLLM on a real NVIDIA GPU, with its figures written down.
+
+Run from the project root on a machine with an NVIDIA GPU and a CUDA vLLM (the `device`
+tool's H100/H200; docs/gpu-proof.md says how the engine gets there):
+
+    python benchmarks/gpu_proof.py --vllm-python /tmp/py --out DIR [--steps ...] [--tp 2]
+
+Steps (all by default, in this order; each one's failure is recorded and the rest still run):
+  facts     device, driver, CUDA, torch and vLLM versions
+  captures  nvidia-smi (table, -q, topo -m, the doctor's CSV query) into captures.tgz
+  doctor    `sm120 doctor --json` prints exactly one JSON document; what it says of the GPU
+  launch    time to READY through `sm120 launch tiny -V gpu` over a bare `vllm serve` of the
+            same command line to its first answer, warm compile cache, pairs alternating;
+            then launch, chat, status (the deployment stays up for `bench`)
+  bench     `sm120 bench` against `vllm bench serve` on that server, the tool that goes
+            first swapped every round: decode tok/s and TTFT at 256/768/2048/8192 tokens;
+            then /metrics and the engine log into captures.tgz, and stop
+  planner   reduced-layer configs of GLM-4.7, GLM-5.2 and DeepSeek-V4-Flash
+            (benchmarks/reduced_models.py) served with dummy weights at a fixed
+            --kv-cache-memory-bytes; the engine's "GPU KV cache size" against `sm120 plan`
+            given the same inputs, at TP --tp
+
+Each run writes DIR/gpu-proof-<label>.json (the steps it ran). `--merge A.json B.json ...`
+combines such files into benchmarks/results/gpu-proof.json and gpu-proof.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_vs_vllm import figures, ratio_interval  # noqa: E402
+from reduced_models import write_reduced  # noqa: E402
+
+STEPS = ("facts", "captures", "doctor", "launch", "bench", "planner")
+LENGTHS = (256, 768, 2048, 8192)
+GIB = 1024**3
+KV_LINE = re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens")
+# What the doctor reads off a machine, as a user would paste it (sm120/doctor/capture.py).
+CSV_QUERY = "index,name,compute_cap,memory.total,memory.used,driver_version,pcie.link.gen.max"
+NVIDIA_SMI_CAPTURES = {
+    "nvidia_smi.txt": ["nvidia-smi"],
+    "nvidia_smi_q.txt": ["nvidia-smi", "-q"],
+    "nvidia_smi_topo.txt": ["nvidia-smi", "topo", "-m"],
+    "nvidia_smi_csv.txt": ["nvidia-smi", f"--query-gpu={CSV_QUERY}", "--format=csv"],
+}
+# The planner cases: what is served and planned with the same inputs. The KV budget is a
+# whole number of GiB so that both sides start from the same byte count.
+PLANNER_CASES: tuple[dict[str, Any], ...] = (
+    {"recipe": "glm47", "kv_dtype": "auto", "block": 16, "mnbt": 8192, "context": 32768},
+    {"recipe": "glm47", "kv_dtype": "fp8", "block": 16, "mnbt": 8192, "context": 32768},
+    {"recipe": "glm52", "kv_dtype": "fp8", "block": 64, "mnbt": 8192, "context": 32768},
+    {"recipe": "dsv4", "kv_dtype": "fp8", "block": 256, "mnbt": 4096, "context": 32768},
+)
+PLANNER_KV_GIB = 4
+
+Log = Callable[[str], None]
+
+
+def log(line: str) -> None:
+    print(f"[gpu-proof {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 900) -> Any:
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def sm120_env(home: Path, vllm_python: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_")}
+    env.update(SM120_HOME=str(home), NO_COLOR="1", VLLM_PYTHON=vllm_python)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def sm120(home: Path, vllm_python: str, *args: str, timeout: float = 1200) -> Any:
+    return run(
+        [sys.executable, "-m", "sm120", *args], env=sm120_env(home, vllm_python), timeout=timeout
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# ---- facts, captures, doctor ------------------------------------------------------------
+
+
+def step_facts(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    smi = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    names = [line.split(",")[0].strip() for line in smi.stdout.splitlines() if line.strip()]
+    probe = (
+        "import json, torch, vllm; print(json.dumps({'torch': torch.__version__, "
+        "'cuda': torch.version.cuda, 'vllm': vllm.__version__}))"
+    )
+    engine = run([args.vllm_python, "-c", probe], timeout=300)
+    versions = json.loads(engine.stdout.strip().splitlines()[-1]) if engine.returncode == 0 else {}
+    return {
+        "device": f"{len(names)}x {names[0]}" if names else "unknown",
+        "driver": smi.stdout.split(",")[1].strip() if "," in smi.stdout else None,
+        "cuda": versions.get("cuda"),
+        "torch": versions.get("torch"),
+        "vllm": versions.get("vllm"),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    }
+
+
+def step_captures(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    taken = {}
+    for name, argv in NVIDIA_SMI_CAPTURES.items():
+        result = run(argv, timeout=60)
+        (work / "captures").mkdir(exist_ok=True)
+        (work / "captures" / name).write_text(result.stdout)
+        taken[name] = result.returncode
+    return {"captures": taken}
+
+
+def step_doctor(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    home = work / "home-doctor"
+    result = sm120(home, args.vllm_python, "doctor", "--json", timeout=300)
+    try:
+        document = json.loads(result.stdout)
+        single = isinstance(document, dict)
+    except json.JSONDecodeError:
+        document, single = None, False
+    gpus = [
+        f.get("message")
+        for f in (document or {}).get("findings", [])
+        if str(f.get("id", "")).startswith("gpu")
+    ]
+    return {"doctor_json_ok": single, "doctor_exit": result.returncode, "doctor_gpu": gpus}
+
+
+# ---- launch and bench --------------------------------------------------------------------
+
+
+def tiny_model(args: argparse.Namespace, work: Path) -> Path:
+    from sm120.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(Path(args.vllm_python), work / "tiny", log)
+
+
+def bare_ready(args: argparse.Namespace, model: Path, cache: Path, key: str) -> float:
+    """`vllm serve` with the command line and environment sm120 renders (the same API key:
+    vLLM hashes VLLM_API_KEY into its compile-cache key), timed to its first chat answer."""
+    import httpx
+
+    from sm120.plan import PlanRequest, resolve
+    from sm120.render.argv import render_argv
+    from sm120.render.environment import render_env
+
+    port = free_port()
+    request = PlanRequest(
+        recipe="tiny", variants=("gpu",), model_dir=str(model), port=port, sets=LAUNCH_SETS
+    )
+    plan = resolve(request)
+    argv = render_argv(plan, python=args.vllm_python)
+    env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
+    env.pop("VLLM_PYTHON", None)  # sm120 keeps its own setting out of the engine's environment
+    started = time.perf_counter()
+    engine = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if engine.poll() is not None:
+                raise RuntimeError(f"bare engine exited with {engine.returncode}")
+            time.sleep(0.25)
+        answer = httpx.post(
+            f"{base}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+            json={
+                "model": "tiny",
+                "max_tokens": 16,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "Reply with exactly: READY"}],
+            },
+        )
+        answer.raise_for_status()
+        return time.perf_counter() - started
+    finally:
+        os.killpg(engine.pid, signal.SIGTERM)
+        engine.wait(timeout=60)
+
+
+# The bench compares prefill, so the prefix cache is off (benchmarks/bench_vs_vllm.py).
+LAUNCH_SETS = ("enable-prefix-caching=false",)
+# One fixed key for every start of both sides: vLLM hashes VLLM_API_KEY into its compile-cache
+# key, so a new key per start would compile anew each time (a deployment keeps its key).
+BENCH_KEY = "gpu-proof-fixed-key"
+
+
+def launch_args(model: Path, port: int) -> tuple[str, ...]:
+    sets = [item for setting in LAUNCH_SETS for item in ("--set", setting)]
+    return (
+        "launch", "tiny", "-V", "gpu", "--port", str(port), "--model-dir", str(model),
+        "--api-key", BENCH_KEY, *sets,
+    )  # fmt: skip
+
+
+def sm120_ready(args: argparse.Namespace, model: Path, cache: Path, home: Path) -> float:
+    env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(cache)}
+    started = time.perf_counter()
+    result = run([sys.executable, "-m", "sm120", *launch_args(model, free_port())], env=env)
+    took = time.perf_counter() - started
+    run([sys.executable, "-m", "sm120", "stop"], env=env, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"sm120 launch failed: {result.stderr[-1500:]}")
+    return took
+
+
+def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    model = tiny_model(args, work)
+    cache = work / "vllm-cache"
+    log("priming the compile cache with one bare start")
+    first = bare_ready(args, model, cache, BENCH_KEY)
+    ours: list[float] = []
+    bare: list[float] = []
+    for pair in range(args.launch_pairs):
+        order = ("sm120", "bare") if pair % 2 == 0 else ("bare", "sm120")
+        for which in order:
+            if which == "sm120":
+                ours.append(sm120_ready(args, model, cache, work / "home-ready"))
+            else:
+                bare.append(bare_ready(args, model, cache, BENCH_KEY))
+        log(f"pair {pair + 1}: sm120 {ours[-1]:.1f} s, bare {bare[-1]:.1f} s")
+    ready, bare_s = statistics.median(ours), statistics.median(bare)
+    found: dict[str, Any] = {
+        "launch": {
+            "ready_s": round(ready, 2),
+            "bare_ready_s": round(bare_s, 2),
+            "ratio": round(ready / bare_s, 3),
+            "pairs": args.launch_pairs,
+            "ready_samples_s": [round(x, 2) for x in ours],
+            "bare_samples_s": [round(x, 2) for x in bare],
+            "cold_bare_ready_s": round(first, 2),
+        }
+    }
+    # The deployment the bench measures: launched, chatted with, status read; left up.
+    home = work / "home"
+    env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(cache)}
+    launched = run([sys.executable, "-m", "sm120", *launch_args(model, free_port())], env=env)
+    if launched.returncode != 0:
+        raise RuntimeError(f"sm120 launch failed: {launched.stderr[-1500:]}")
+    chat = run([sys.executable, "-m", "sm120", "chat", "--max-tokens", "16", "hello"], env=env)
+    status = run([sys.executable, "-m", "sm120", "status", "--json"], env=env)
+    found["launch"]["chat_ok"] = chat.returncode == 0 and bool(chat.stdout.strip())
+    found["launch"]["status_ok"] = status.returncode == 0 and '"running"' in status.stdout
+    found["launch"]["banner"] = launched.stdout.strip().splitlines()[-8:]
+    return found
+
+
+def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from sm120.measure.bench import BenchOptions, run_bench
+    from sm120.measure.target import target_for_deployment
+
+    home = work / "home"
+    os.environ.update(sm120_env(home, args.vllm_python))
+    samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
+    try:
+        target = target_for_deployment(None)
+        for number in range(1, args.bench_rounds + 1):
+            for tool in ("vllm", "ours") if number % 2 else ("ours", "vllm"):
+                options = BenchOptions(
+                    mode="quick",
+                    tool=tool,
+                    lengths=LENGTHS,
+                    concurrency=(),
+                    decode_tokens=128,
+                    requests=args.bench_requests,
+                    vllm_python=args.vllm_python,
+                )
+                report = run_bench(target, options, lambda _l: None, home / "runs" / str(number))
+                side = "vllm" if tool == "vllm" else "sm120"
+                for name, value in figures(report).items():
+                    samples[side].setdefault(name, []).append(value)
+                log(f"bench round {number} {side}: {figures(report)}")
+        capture_metrics(target.base_url, target.api_key, work)
+    finally:
+        capture_engine_log(home, work)
+        run([sys.executable, "-m", "sm120", "stop"], env=sm120_env(home, args.vllm_python))
+    return {"bench": bench_summary(samples, args.bench_rounds)}
+
+
+def bench_summary(samples: dict[str, dict[str, list[float]]], rounds: int) -> dict[str, Any]:
+    def ratio(name: str) -> dict[str, Any]:
+        ours, theirs = samples["sm120"][name], samples["vllm"][name]
+        low, high = ratio_interval(ours, theirs)
+        mine, their = statistics.median(ours), statistics.median(theirs)
+        return {
+            "ratio": round(mine / their, 3),
+            "interval90": [round(low, 3), round(high, 3)],
+            "sm120": round(mine, 4),
+            "vllm": round(their, 4),
+        }
+
+    decode = ratio("decode tok/s")
+    prefill = {str(n): ratio(f"prefill tok/s @ {n}") for n in LENGTHS}
+    ttft = {str(n): ratio(f"median TTFT s @ {n}") for n in LENGTHS}
+    return {
+        "rounds": rounds,
+        "decode_ratio": decode["ratio"],
+        "prefill_ratio": {n: p["ratio"] for n, p in prefill.items()},
+        "median_ttft_ratio": {n: t["ratio"] for n, t in ttft.items()},
+        "detail": {"decode": decode, "prefill": prefill, "median_ttft": ttft},
+    }
+
+
+def capture_metrics(base_url: str, key: str | None, work: Path) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=30).text
+    (work / "captures").mkdir(exist_ok=True)
+    (work / "captures" / "metrics.txt").write_text(text)
+
+
+def capture_engine_log(home: Path, work: Path) -> None:
+    for log_file in sorted(home.glob("deployments/*/logs/serve.log")):
+        (work / "captures").mkdir(exist_ok=True)
+        (work / "captures" / "engine.log").write_text(log_file.read_text(errors="replace"))
+
+
+# ---- planner against the engine's own allocator -----------------------------------------
+
+
+def engine_kv_tokens(
+    args: argparse.Namespace, model: Path, engine_args: list[str], log_path: Path
+) -> int:
+    """Serve `model` with dummy weights until the engine prints its KV pool, then stop it."""
+    argv = [
+        args.vllm_python, str(REPO / "benchmarks" / "dummy_serve.py"), "serve", str(model),
+        "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager",
+        "--host", "127.0.0.1", "--port", str(free_port()), *engine_args,
+    ]  # fmt: skip
+    with log_path.open("w") as sink:
+        engine = subprocess.Popen(
+            argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + args.planner_timeout
+    try:
+        while time.monotonic() < deadline:
+            found = KV_LINE.search(log_path.read_text(errors="replace"))
+            if found:
+                return int(found["tokens"].replace(",", ""))
+            if engine.poll() is not None:
+                break
+            time.sleep(1)
+        tail = log_path.read_text(errors="replace").splitlines()[-6:]
+        raise RuntimeError("no 'GPU KV cache size' line: " + " | ".join(tail))
+    finally:
+        stop_group(engine)
+
+
+def stop_group(engine: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 5 s: a dummy engine holds nothing worth a clean stop (seen:
+    vLLM 0.26 ignoring SIGTERM for a minute once its API server has no tokenizer)."""
+    if engine.poll() is None:
+        os.killpg(engine.pid, signal.SIGTERM)
+        try:
+            engine.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(engine.pid, signal.SIGKILL)
+            engine.wait()
+
+
+def plan_tokens(
+    args: argparse.Namespace, case: dict[str, Any], model: Path, tp: int, dcp: int = 1
+) -> Any:
+    home = Path(tempfile.mkdtemp(prefix="plan-home-"))
+    settings = [
+        f"tensor-parallel-size={tp}", f"decode-context-parallel-size={dcp}",
+        f"block-size={case['block']}", f"kv-cache-dtype={case['kv_dtype']}",
+        f"max-num-batched-tokens={case['mnbt']}", "speculative-config=null",
+    ]  # fmt: skip
+    if case["recipe"] == "glm52":
+        # Upstream vLLM builds an indexer only on the layers that compute their own top-k;
+        # the recipe's b12x image builds one on every layer.
+        settings.append("model.dims.dsa_indexer_cache=full_layers")
+    argv = [
+        "plan", case["recipe"], "--gpus", str(tp), "--kv-memory-gib", str(PLANNER_KV_GIB),
+        "--model-dir", str(model), "--max-model-len", str(case["context"]), "--json",
+    ]  # fmt: skip
+    for setting in settings:
+        argv += ["--set", setting]
+    result = sm120(home, args.vllm_python, *argv, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"sm120 plan failed: {result.stderr.strip()[-800:]}")
+    return json.loads(result.stdout)
+
+
+def chosen(case: dict[str, Any], only: tuple[str, ...]) -> bool:
+    """--only names a recipe ("glm52") or a recipe and KV dtype ("glm47:fp8")."""
+    return case["recipe"] in only or f"{case['recipe']}:{case['kv_dtype']}" in only
+
+
+def planner_runs(args: argparse.Namespace) -> list[tuple[dict[str, Any], int, int]]:
+    """(case, TP, DCP) in the order they run: every case at every TP, then the MLA cases
+    again with decode context parallel across the largest TP, where --dcp asks for it."""
+    cases = [c for c in PLANNER_CASES if not args.only or chosen(c, args.only)]
+    runs = [(case, tp, 1) for tp in args.tp for case in cases]
+    if args.dcp > 1:
+        runs += [(case, max(args.tp), args.dcp) for case in cases if case["recipe"] == "glm52"]
+    return runs
+
+
+def step_planner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    rows = []
+    for case, tp, dcp in planner_runs(args):
+        row: dict[str, Any] = {
+            "recipe": case["recipe"],
+            "tp": tp,
+            "kv_dtype": case["kv_dtype"],
+            "max_num_batched_tokens": case["mnbt"],
+            "block_size": case["block"],
+            "max_model_len": case["context"],
+            "kv_cache_memory_bytes": PLANNER_KV_GIB * GIB,
+        }
+        if dcp > 1:
+            row["dcp"] = dcp
+        model = write_reduced(case["recipe"], work / "reduced" / case["recipe"])
+        row["architecture"] = json.loads((model / "config.json").read_text())["architectures"][0]
+        engine_args = [
+            "--tensor-parallel-size", str(tp), "--decode-context-parallel-size", str(dcp),
+            "--kv-cache-memory-bytes", str(PLANNER_KV_GIB * GIB),
+            "--max-model-len", str(case["context"]),
+            "--max-num-batched-tokens", str(case["mnbt"]),
+            "--block-size", str(case["block"]),
+            "--kv-cache-dtype", case["kv_dtype"], "--max-num-seqs", "4",
+        ]  # fmt: skip
+        label = f"{case['recipe']}-{case['kv_dtype']}-tp{tp}-dcp{dcp}"
+        try:
+            log(f"planner: serving {label}")
+            row["vllm_tokens"] = engine_kv_tokens(
+                args, model, engine_args, work / "captures" / f"planner-{label}.log"
+            )
+            planned = plan_tokens(args, case, model, tp, dcp)
+            row["plan_tokens"] = planned["kv_pool_tokens"]
+            row["plan_layout"] = planned["kv_layout"]
+            row["ratio"] = round(row["plan_tokens"] / row["vllm_tokens"], 4)
+            log(f"planner {label}: vLLM {row['vllm_tokens']:,}, plan {row['plan_tokens']:,}")
+        except Exception as exc:  # one architecture failing must not lose the others
+            row["error"] = str(exc)[-1200:]
+            log(f"planner {label}: {row['error']}")
+        rows.append(row)
+    return {"planner": rows}
+
+
+# ---- the run and the merge ---------------------------------------------------------------
+
+STEP_FUNCTIONS = {
+    "facts": step_facts,
+    "captures": step_captures,
+    "doctor": step_doctor,
+    "launch": step_launch,
+    "bench": step_bench,
+    "planner": step_planner,
+}
+
+
+def pack_captures(work: Path, out: Path, label: str) -> None:
+    folder = work / "captures"
+    if not folder.is_dir():
+        return
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(folder.iterdir()):
+            archive.add(path, arcname=path.name)
+    (out / f"captures-{label}.tgz").write_bytes(buffer.getvalue())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"))
+    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--tp", default="1", help="planner: TP sizes, e.g. 2,4")
+    parser.add_argument("--dcp", type=int, default=1, help="planner: also GLM-5.2 at this DCP")
+    parser.add_argument(
+        "--only", default="", help="planner: only these cases, e.g. glm52,glm47:fp8"
+    )
+    parser.add_argument("--launch-pairs", type=int, default=2)
+    parser.add_argument("--bench-rounds", type=int, default=6)
+    parser.add_argument("--bench-requests", type=int, default=16)
+    parser.add_argument("--planner-timeout", type=float, default=420)
+    parser.add_argument("--merge", nargs="+", type=Path, help="combine gpu-proof-*.json files")
+    args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    if not args.vllm_python:
+        raise SystemExit("pass --vllm-python (the CUDA vLLM's python) or set VLLM_PYTHON")
+    args.only = tuple(filter(None, args.only.split(",")))
+    args.tp = tuple(int(n) for n in args.tp.split(","))
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
+    result: dict[str, Any] = {"label": args.label, "steps": {}}
+    for step in args.steps.split(","):
+        log(f"step {step}")
+        started = time.perf_counter()
+        try:
+            result.update(STEP_FUNCTIONS[step](args, work))
+            result["steps"][step] = "ok"
+        except Exception as exc:  # record and go on: one call of device time is precious
+            result["steps"][step] = f"failed: {str(exc)[-1500:]}"
+            log(f"step {step} failed: {exc}")
+        log(f"step {step} took {time.perf_counter() - started:.0f} s")
+        (args.out / f"gpu-proof-{args.label}.json").write_text(json.dumps(result, indent=2))
+    pack_captures(work, args.out, args.label)
+    print(json.dumps(result, indent=2))
+
+
+def merge(parts: list[Path], out: Path) -> None:
+    merged: dict[str, Any] = {"planner": []}
+    for part in parts:
+        data = json.loads(part.read_text())
+        for key, value in data.items():
+            if key == "planner":
+                merged["planner"].extend(value)
+            elif key not in ("label", "steps"):
+                merged.setdefault(key, value)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu-proof.json").write_text(json.dumps(merged, indent=2) + "\n")
+    (out / "gpu-proof.md").write_text(markdown(merged))
+    print(markdown(merged))
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [
+        "# GPU proof",
+        "",
+        f"{data.get('device')}, driver {data.get('driver')}, CUDA {data.get('cuda')}, "
+        f"torch {data.get('torch')}, vLLM {data.get('vllm')}, {data.get('date')}. "
+        "Written by `benchmarks/gpu_proof.py`; see docs/gpu-proof.md.",
+        "",
+    ]
+    launch = data.get("launch")
+    if launch:
+        lines += [
+            "| time to READY (warm) | sm120 launch | bare vllm serve | ratio | chat |",
+            "|---|---|---|---|---|",
+            f"| median of {launch['pairs']} pairs | {launch['ready_s']} s | "
+            f"{launch['bare_ready_s']} s | {launch['ratio']} | {launch.get('chat_ok')} |",
+            "",
+        ]
+    bench = data.get("bench")
+    if bench:
+        detail = bench["detail"]
+        lines += [
+            f"| sm120 bench / vllm bench serve ({bench['rounds']} rounds) | ratio | 90% interval |",
+            "|---|---|---|",
+            f"| decode tok/s | {detail['decode']['ratio']} | {detail['decode']['interval90']} |",
+        ]
+        for n, point in detail["prefill"].items():
+            lines.append(f"| prefill tok/s @ {n} | {point['ratio']} | {point['interval90']} |")
+        for n, point in detail["median_ttft"].items():
+            lines.append(f"| median TTFT @ {n} | {point['ratio']} | {point['interval90']} |")
+        lines.append("")
+    rows = data.get("planner") or []
+    if rows:
+        lines += [
+            "| recipe | architecture | TP | DCP | KV dtype | vLLM tokens | plan tokens | ratio |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in rows:
+            if "error" in row:
+                lines.append(
+                    f"| {row['recipe']} | {row.get('architecture')} | {row['tp']} | "
+                    f"{row.get('dcp', 1)} | {row['kv_dtype']} | did not run: "
+                    f"{row['error'][:160]} | | |"
+                )
+                continue
+            lines.append(
+                f"| {row['recipe']} | {row['architecture']} | {row['tp']} | {row.get('dcp', 1)} | "
+                f"{row['kv_dtype']} | "
+                f"{row['vllm_tokens']:,} | {row['plan_tokens']:,} | {row['ratio']} |"
+            )
+        lines.append("")
+    lines.append(f"doctor --json is one JSON document: {data.get('doctor_json_ok')}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

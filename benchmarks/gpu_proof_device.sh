@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU proof on a four-GPU machine of the `device` tool, in two calls of at most 10 minutes:
+#   bash benchmarks/gpu_proof_device.sh start   # after .gpu/device-setup, same call
+#   bash benchmarks/gpu_proof_device.sh wait    # next call, within 30 s of the first ending
+# `start` runs, in the background (setsid: they outlive the call), one job per GPU set:
+#   serve    GPU 0      launch (sm120 vs bare vllm serve) and bench, then the planner at TP 4
+#                       (+ DCP 4) on all four GPUs once the planner job below is done
+#   planner  GPUs 2,3   facts, captures, doctor, the planner at TP 2, then DeepSeek-V4 at TP 1
+# `wait` waits for both and copies their results into $OUT.
+set -u
+export VLLM_PYTHON=/tmp/py PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+work=/tmp/gpu-proof-jobs
+proof="/tmp/py benchmarks/gpu_proof.py --vllm-python /tmp/py --out $work"
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+
+case "${1:-}" in
+start)
+  mkdir -p "$work"
+  setsid bash -c "
+    CUDA_VISIBLE_DEVICES=2,3 $proof --label planner-tp2 --steps facts,captures,doctor,planner --tp 2
+    CUDA_VISIBLE_DEVICES=2 $proof --label planner-dsv4-tp1 --steps planner --tp 1 --only dsv4
+    touch $work/planner.done" >"$work/planner.log" 2>&1 </dev/null &
+  setsid bash -c "
+    CUDA_VISIBLE_DEVICES=0 $proof --label serve --steps launch,bench --bench-rounds 4
+    while [ ! -e $work/planner.done ]; do sleep 5; done
+    if [ $gpus -ge 4 ]; then
+      $proof --label planner-tp4 --steps planner --tp 4 --dcp 4 --only glm47:fp8,glm52,dsv4
+    fi
+    touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  ;;
+wait)
+  deadline=$((SECONDS + ${2:-560}))
+  until [ -e "$work/serve.done" ] && [ -e "$work/planner.done" ]; do
+    [ $SECONDS -ge $deadline ] && break
+    sleep 5
+  done
+  ;;
+*)
+  echo "usage: $0 start|wait [seconds]" >&2
+  exit 2
+  ;;
+esac
+grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
+if [ -n "${OUT:-}" ]; then
+  cp "$work"/gpu-proof-*.json "$OUT"/ 2>/dev/null
+  tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
+fi
