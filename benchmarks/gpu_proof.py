@@ -119,7 +119,7 @@ def step_facts(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     versions = json.loads(engine.stdout.strip().splitlines()[-1]) if engine.returncode == 0 else {}
     return {
         "device": f"{len(names)}x {names[0]}" if names else "unknown",
-        "driver": smi.stdout.split(",")[1].strip() if "," in smi.stdout else None,
+        "driver": smi.stdout.splitlines()[0].split(",")[1].strip() if "," in smi.stdout else None,
         "cuda": versions.get("cuda"),
         "torch": versions.get("torch"),
         "vllm": versions.get("vllm"),
@@ -356,15 +356,22 @@ def capture_engine_log(home: Path, work: Path) -> None:
 def engine_kv_tokens(
     args: argparse.Namespace, model: Path, engine_args: list[str], log_path: Path
 ) -> int:
-    """Serve `model` with dummy weights until the engine prints its KV pool, then stop it."""
+    """Serve `model` with dummy weights until the engine prints its KV pool, then stop it.
+    benchmarks/dummy_site runs the post-load step vLLM's dummy loader skips (DeepSeek-V4)."""
     argv = [
-        args.vllm_python, str(REPO / "benchmarks" / "dummy_serve.py"), "serve", str(model),
+        args.vllm_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
         "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager",
         "--host", "127.0.0.1", "--port", str(free_port()), *engine_args,
     ]  # fmt: skip
+    site = str(REPO / "benchmarks" / "dummy_site")
+    env = {
+        **os.environ,
+        "SM120_DUMMY_POST_LOAD": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+    }
     with log_path.open("w") as sink:
         engine = subprocess.Popen(
-            argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
     deadline = time.monotonic() + args.planner_timeout
     try:
@@ -375,10 +382,34 @@ def engine_kv_tokens(
             if engine.poll() is not None:
                 break
             time.sleep(1)
-        tail = log_path.read_text(errors="replace").splitlines()[-6:]
-        raise RuntimeError("no 'GPU KV cache size' line: " + " | ".join(tail))
+        raise RuntimeError(
+            "no 'GPU KV cache size' line: " + root_cause(log_path.read_text(errors="replace"))
+        )
     finally:
         stop_group(engine)
+
+
+# The exception line of a Python traceback, under any process prefix vLLM adds.
+EXCEPTION_LINE = re.compile(
+    r"^(?:\([^)]*\) )?(?:ERROR [^\]]*\] )?(?P<line>[\w.]*(?:Error|Exception)\b.*)$"
+)
+
+
+def root_cause(log_text: str) -> str:
+    """The first exception a failed start raised (the engine core's, not the API server's
+    "see root cause above"), with the failing statement for a bare assertion; else the log's
+    last line."""
+    previous = ""
+    for raw in log_text.splitlines():
+        found = EXCEPTION_LINE.match(raw.strip())
+        if found and "See root cause above" not in found["line"]:
+            line = found["line"]
+            return (f"{line}: {previous}" if line.endswith("Error") and previous else line)[:300]
+        text = raw.strip()
+        if text and "^^^" not in text:
+            previous = re.sub(r"^(?:\([^)]*\) )?(?:ERROR [^\]]*\] )?", "", text).strip()
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "the engine printed nothing"
 
 
 def stop_group(engine: subprocess.Popen[Any]) -> None:
@@ -458,6 +489,7 @@ def step_planner(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "--kv-cache-dtype", case["kv_dtype"], "--max-num-seqs", "4",
         ]  # fmt: skip
         label = f"{case['recipe']}-{case['kv_dtype']}-tp{tp}-dcp{dcp}"
+        (work / "captures").mkdir(exist_ok=True)
         try:
             log(f"planner: serving {label}")
             row["vllm_tokens"] = engine_kv_tokens(
@@ -514,9 +546,10 @@ def main() -> None:
     parser.add_argument("--bench-requests", type=int, default=16)
     parser.add_argument("--planner-timeout", type=float, default=420)
     parser.add_argument("--merge", nargs="+", type=Path, help="combine gpu-proof-*.json files")
+    parser.add_argument("--logs", type=Path, help="with --merge: the captured planner logs")
     args = parser.parse_args()
     if args.merge:
-        merge(args.merge, args.out)
+        merge(args.merge, args.out, args.logs)
         return
     if not args.vllm_python:
         raise SystemExit("pass --vllm-python (the CUDA vLLM's python) or set VLLM_PYTHON")
@@ -540,15 +573,41 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def merge(parts: list[Path], out: Path) -> None:
-    merged: dict[str, Any] = {"planner": []}
+def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
+    """Facts and figures from the first part that has them; planner rows from all, a later
+    row of the same case (recipe, KV dtype, TP, DCP) replacing an earlier one; and `runs`,
+    which part ran what on which machine. With `logs` (the captured engine logs), a failed
+    row names the exception its engine raised."""
+    merged: dict[str, Any] = {"runs": [], "planner": []}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for part in parts:
         data = json.loads(part.read_text())
+        if part.suffix == ".facts":  # a copy kept for its facts alone (see docs/gpu-proof.md)
+            data.pop("planner", None)
+        merged["runs"].append(
+            {
+                "label": data.get("label", part.stem),
+                "device": data.get("device"),
+                "steps": data.get("steps", {}),
+            }
+        )
         for key, value in data.items():
             if key == "planner":
-                merged["planner"].extend(value)
+                for row in value:
+                    case = (row["recipe"], row["kv_dtype"], row["tp"], row.get("dcp", 1))
+                    rows.pop(case, None)  # re-inserted last: the table keeps run order
+                    rows[case] = row
             elif key not in ("label", "steps"):
                 merged.setdefault(key, value)
+    merged["planner"] = list(rows.values())
+    if logs is not None:
+        for row in merged["planner"]:
+            label = f"{row['recipe']}-{row['kv_dtype']}-tp{row['tp']}-dcp{row.get('dcp', 1)}"
+            log_file = logs / f"planner-{label}.log"
+            if "error" in row and log_file.is_file():
+                row["error"] = "no 'GPU KV cache size' line: " + root_cause(
+                    log_file.read_text(errors="replace")
+                )
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-proof.json").write_text(json.dumps(merged, indent=2) + "\n")
     (out / "gpu-proof.md").write_text(markdown(merged))
@@ -564,6 +623,12 @@ def markdown(data: dict[str, Any]) -> str:
         "Written by `benchmarks/gpu_proof.py`; see docs/gpu-proof.md.",
         "",
     ]
+    for run in data.get("runs", []):
+        steps = ", ".join(f"{k} {v}" if v != "ok" else k for k, v in run["steps"].items())
+        lines.append(
+            f"- {run['label']}: {run['device'] or 'the machine of the run above'}; {steps}"
+        )
+    lines.append("")
     launch = data.get("launch")
     if launch:
         lines += [
