@@ -143,14 +143,14 @@ class StartupWatch:
             if self._error is None and error is not None:
                 self._error = error
             return False
-        if error is not None:
-            self._error_before = error
         if any(found.fatal for found in newly_found) or any(
             pattern.search(text) for pattern in self._patterns
         ):
             self._fatal_line = text
             self._error = error
             return True
+        if error is not None:
+            self._error_before = error
         return False
 
     def diagnoses(self) -> list[Diagnosis]:
