@@ -86,7 +86,7 @@ def wait_until_ready(
         if result.watch.tripped:
             _settle(pump, result, running)
             if running():
-                _fail_fatal(result, time.monotonic() - start)
+                _fail_fatal(result, elapsed)
         if not running():
             _fail(f"the engine {exit_text()} before it was ready", result, pump)
         if client.health() == 200:
