@@ -41,6 +41,12 @@ FATAL_CAPTURES: dict[str, tuple[str, str]] = {
         "F07 Engine dies on the first request with --kv-cache-dtype nvfp4",
         "    prefill_wrapper.plan(...)",
     ),
+    "vllm_0.32.0_cpu_no_cxx_compiler.log": (
+        "RuntimeError: Worker failed with error 'InvalidCxxCompiler: No working C++ compiler "
+        "found in torch._inductor.config.cpp.cxx: (None, '/bin/false')', please check the stack "
+        "trace above for the root cause",
+        "EngineCore failed to start.",
+    ),
     "sglang_0.4.6_not_enough_memory.log": (
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
         "[2025-06-02 09:14:58 TP0] Scheduler hit an exception: Traceback (most recent call last):",
