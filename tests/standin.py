@@ -7,6 +7,7 @@ runs for real); a site folder with their package metadata answers it, nothing mo
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -57,3 +58,10 @@ def make_model_dir(folder: Path) -> Path:
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     return model
+
+
+# The one line `sm120 launch` ends with when the log showed the start-up is lost:
+# seconds into the wait, phase, the failure named, the hint.
+FAILURE_LINE = re.compile(
+    r"Error: the engine failed (\d+) s into its start-up \(phase: (\w+)\): (.*) \(hint: (.*)\)"
+)

@@ -4,14 +4,19 @@ ready timeout, names the failure in one line, exits 2 and leaves nothing running
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.realstack import engine_processes, free_port, port_is_free, sm120, state_of
-from tests.standin import FATAL_STARTUPS, VLLM_LOGS, make_engine_python, make_model_dir
+from tests.standin import (
+    FAILURE_LINE,
+    FATAL_STARTUPS,
+    VLLM_LOGS,
+    make_engine_python,
+    make_model_dir,
+)
 
 # (log the stand-in prints, the phase it died in, the failure named, the hint)
 CASES = {
@@ -60,10 +65,7 @@ def test_a_lost_start_ends_the_launch_in_seconds(case: str, tmp_path: Path) -> N
     seconds = time.monotonic() - started
     assert launched.returncode == 2, launched.stderr[-3000:]
     last = launched.stderr.strip().splitlines()[-1]
-    found = re.fullmatch(
-        r"Error: the engine failed (\d+) s into its start-up \(phase: (\w+)\): (.*) \(hint: (.*)\)",
-        last,
-    )
+    found = FAILURE_LINE.fullmatch(last)
     assert found, last
     assert int(found[1]) < 10  # since the wait began: when the stand-in printed the lines
     assert found[2] == phase

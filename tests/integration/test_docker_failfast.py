@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120, state_of
-from tests.standin import FATAL_STARTUPS, STANDIN, make_model_dir
+from tests.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def test_a_lost_start_in_a_container_ends_in_seconds(docker_host: str, tmp_path:
     home, port = tmp_path / "home", free_port()
     args = [
         "--runtime", "docker", "--network", "host", "--name", NAME, "--port", str(port),
-        "--model-dir", str(make_model_dir(tmp_path)), "--timeout", "600",
+        "--model-dir", str(make_model_dir(tmp_path)), "--timeout", "120",
     ]  # fmt: skip
     ref = image_ref(home, args)
     build_standin_image(ref, FATAL_STARTUPS / "vllm_0.32.0_cpu_no_cxx_compiler.log", tmp_path)
@@ -86,12 +86,16 @@ def test_a_lost_start_in_a_container_ends_in_seconds(docker_host: str, tmp_path:
         seconds = time.monotonic() - started
         assert launched.returncode == 2, launched.stderr[-3000:]
         last = launched.stderr.strip().splitlines()[-1]
-        assert last.startswith(
-            "Error: the engine failed 0 s into its start-up (phase: compiling): RuntimeError: "
-            "Worker failed with error 'InvalidCxxCompiler: No working C++ compiler"
-        ), last
-        assert last.endswith("(hint: see the log lines above)")
-        assert seconds < 60, f"took {seconds:.0f} s"
+        found = FAILURE_LINE.fullmatch(last)
+        assert found, last
+        # The stand-in takes a few seconds to print its 326 lines (0.05 s apart).
+        assert int(found[1]) < 40
+        assert found[2] == "compiling"
+        assert found[3].startswith(
+            "RuntimeError: Worker failed with error 'InvalidCxxCompiler: No working C++ compiler"
+        )
+        assert found[4] == "see the log lines above"
+        assert seconds < 90, f"took {seconds:.0f} s"
         assert dockerstack.containers_with(LABEL) == []
         assert state_of(home, NAME) is None
     finally:
