@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sm120.monitor.fatal import watch_lines
 from sm120.runtime.native import group_members
 from tests.integration.realstack import (
     engine_processes,
@@ -116,6 +117,14 @@ def test_logs_show_real_engine_lines(served: dict[str, object]) -> None:
     assert result.returncode == 0
     assert "CPU KV cache size: 1,048,576 tokens" in result.stdout
     assert "Application startup complete." in result.stdout
+
+
+def test_the_real_start_up_never_looked_lost(served: dict[str, object]) -> None:
+    # Its warnings (F17, F22 while compiling, libtcmalloc, Triton) are noise the engine survives.
+    log = Path(str(served["home"])) / "deployments" / "tiny" / "logs" / "serve.log"
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert any("Application startup complete." in line for line in lines)
+    assert watch_lines(lines, engine="vllm") is None
 
 
 def test_second_launch_refuses_with_a_hint(served: dict[str, object]) -> None:
