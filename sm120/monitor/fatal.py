@@ -126,8 +126,9 @@ class StartupWatch:
         self._diagnoser = Diagnoser(sm=sm)
         self._fatal_line: str | None = None
         self._error: str | None = None
-        # The last exception before the fatal line: the root cause when the fatal line is
-        # only a wrapper that points "above" (the API side of a dead engine core).
+        # The last exception before the fatal line: the root cause when the fatal line is only
+        # a wrapper that points "above" (the API side of a dead engine core), or when nothing
+        # after the fatal line names one.
         self._error_before: str | None = None
 
     @property
@@ -152,10 +153,6 @@ class StartupWatch:
         if error is not None:
             self._error_before = error
         return False
-
-    def diagnoses(self) -> list[Diagnosis]:
-        """Every catalogue failure seen so far (fatal or not), as sm120.failures.diagnose."""
-        return self._diagnoser.results()
 
     def verdict(self) -> FatalStart | None:
         if self._fatal_line is None:

@@ -214,6 +214,39 @@ def test_broken_model_dir_is_diagnosed_and_cleaned_up(tmp_path: Path, tiny_model
     assert_nothing_left(home, port, None)
 
 
+def test_a_compile_failure_ends_the_launch_named_not_at_the_timeout(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 27 on the real engine: the CPU runner's torch.compile needs a C++ compiler; without
+    # one the engine core dies in its warm-up. Cold caches, or a cached graph skips the compile.
+    monkeypatch.setenv("CXX", "/bin/false")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    home, port = tmp_path / "home", free_port()
+    started = time.monotonic()
+    result = sm120(
+        home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model),
+        "--no-monitor", "--timeout", "1500",
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    ended = (
+        r"(?:failed (\d+) s into its start-up \(phase: compiling\)"
+        r"|exited with code \d+ before it was ready)"
+    )
+    found = re.fullmatch(
+        rf"Error: the engine {ended}: RuntimeError: Worker failed with error 'InvalidCxxCompiler: "
+        r"No working C\+\+ compiler found .* \(hint: see the log lines above\)",
+        last,
+    )
+    assert found, last
+    if found[1] is not None:  # stopped by the launcher: within seconds of the fatal line
+        assert seconds - int(found[1]) < 60, f"{seconds:.0f} s in all, failed at {found[1]} s"
+    assert seconds < 1500
+    assert_nothing_left(home, port, None)
+
+
 def test_sigint_during_the_wait_cleans_up(tmp_path: Path, tiny_model: Path) -> None:
     home, port = tmp_path / "home", free_port()
     launcher = start_sm120(
