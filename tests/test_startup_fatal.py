@@ -102,7 +102,8 @@ def test_noise_of_a_healthy_start_does_not_trip(line: str) -> None:
 
 
 SURVIVED = [
-    # The API process logs a failed request's traceback under ERROR and goes on serving.
+    # The API process logs a failed request's traceback under ERROR and goes on serving
+    # (vLLM 0.26: chat_completion/serving.py logger.exception, renderers/params.py's message).
     "(APIServer pid=1) ERROR 11-21 00:12:03 [serving_chat.py:1210] Error in chat completion "
     "stream generator.",
     "(APIServer pid=1) ERROR 11-21 00:12:03 [serving_chat.py:1210] Traceback (most recent call "
@@ -112,10 +113,10 @@ SURVIVED = [
     # A worker's warning about its own environment.
     "(Worker pid=12315) WARNING 11-21 00:08:25 [cpu_worker.py:114] libtcmalloc is not found in "
     "LD_PRELOAD. For best performance, please follow the section `set LD_PRELOAD`",
-    # The engine core's INFO traceback-free note while it compiles for minutes (F22).
+    # The engine core's note while a worker compiles for minutes (F22, a real 0.32.0 line).
     "(EngineCore pid=11598) INFO 11-21 00:09:33 [shm_broadcast.py:871] No available shared "
     "memory broadcast block found in 60 seconds.",
-    # SGLang's own choice of handler, logged at ERROR level at every start.
+    # SGLang 0.5.23 logs a configured crash-dump handler at ERROR level while it starts.
     "[2026-09-14 17:02:01] Using custom SIGQUIT handler: <function crash_dump at 0x7f>",
 ]
 
