@@ -62,6 +62,11 @@ class FailureMode(BaseModel):
         default=(),
         description="Diagnose only on these GPU SM versions (120, 121); empty = any GPU.",
     )
+    fatal: bool = Field(
+        default=False,
+        description="The engine never recovers once a signature matches: a launch still "
+        "waiting for READY stops the engine at once and names this entry.",
+    )
     note: str | None = Field(default=None, description="Maintainer notes on this entry.")
 
     @field_validator("fix")
@@ -94,6 +99,7 @@ class Diagnosis:
     cause: str
     fix: str
     line: str
+    fatal: bool = False
 
 
 def parse_catalogue(text: str, origin: str = CATALOGUE_FILE) -> dict[str, FailureMode]:
@@ -211,4 +217,6 @@ def _applies_to(mode: FailureMode, sm: int | None) -> bool:
 
 
 def _diagnosis(mode: FailureMode, line: str) -> Diagnosis:
-    return Diagnosis(id=mode.id, title=mode.title, cause=mode.cause, fix=mode.fix, line=line)
+    return Diagnosis(
+        id=mode.id, title=mode.title, cause=mode.cause, fix=mode.fix, line=line, fatal=mode.fatal
+    )

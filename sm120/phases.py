@@ -133,12 +133,21 @@ _RULES: tuple[_Rule, ...] = (
     _rule(
         Phase.kv_cache, r"# (?:GPU|CUDA) blocks: (?P<blocks>\d+)", _template("{blocks} GPU blocks")
     ),
+    # vLLM V1 (GPU) measures what CUDA graphs will take after the compiling profile run and
+    # before it sizes the KV cache.
+    _rule(Phase.kv_cache, r"Profiling CUDA graph memory"),
     _rule(
         Phase.compiling,
         r"Dynamo bytecode transform|Compiling a graph for|Compiling graph for|torch\.compile takes"
         r"|torch\.compile:|for vLLM's torch\.compile|Cache the graph of compile range"
         r"|Directly load the compiled graph",
         _compile_range,
+    ),
+    # vLLM's CPU runner compiles in a warm-up run of its own (cpu_model_runner.py), where an
+    # inductor C++ compile error kills the start; without these the phase stayed at weights.
+    _rule(
+        Phase.compiling,
+        r"Warming up model for the compilation|Initial profiling/warmup run took|Warming up done\.",
     ),
     _rule(Phase.loading_weights, r"Loading (?:safetensors )?checkpoint shards", _shards),
     _rule(

@@ -3,7 +3,7 @@
 Run as `python tests/cluster_fake_engine.py <the engine argv after the interpreter>`. The head
 (no --headless) serves tests/fake_openai_server.py on --host/--port; a headless worker prints
 and waits; `ray start` registers itself in FAKE_RAY_DIR. FAKE_ENGINE in the environment picks a
-misbehaviour: head-exits, head-hangs, ray-worker-lost.
+misbehaviour: head-exits, head-hangs, head-core-dies, ray-worker-lost.
 The real engine across two hosts is tests/integration/test_multinode_netns.py.
 """
 
@@ -56,6 +56,10 @@ def main() -> None:
         print("RuntimeError: Engine core initialization failed.", flush=True)
         sys.exit(3)
     if mode == "head-hangs":
+        while True:
+            time.sleep(1)
+    if mode == "head-core-dies":  # prints a real fatal start-up (FAKE_ENGINE_LOG), then hangs
+        print(Path(os.environ["FAKE_ENGINE_LOG"]).read_text(encoding="utf-8"), flush=True)
         while True:
             time.sleep(1)
     fake = FakeOpenAIServer(

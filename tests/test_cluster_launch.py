@@ -19,6 +19,7 @@ import pytest
 from sm120.runtime.native import group_members
 from tests.cluster_fakes import FakeCluster, make_fake_cluster
 from tests.integration.realstack import free_port
+from tests.standin import FAILURE_LINE, FATAL_STARTUPS
 
 
 @pytest.fixture
@@ -175,6 +176,20 @@ def test_head_exiting_stops_every_node(cluster: Cluster) -> None:
     assert "RuntimeError: Engine core initialization failed." in launched.stderr
     assert "Error: the engine exited with code 3 before it was ready" in launched.stderr
     assert "stopping every node" in launched.stderr
+    cluster.assert_nothing_left()
+
+
+def test_a_lost_start_on_the_head_stops_every_node_in_seconds(cluster: Cluster) -> None:
+    log = FATAL_STARTUPS / "vllm_0.32.0_cpu_no_cxx_compiler.log"
+    started = time.monotonic()
+    launched = cluster.launch(FAKE_ENGINE="head-core-dies", FAKE_ENGINE_LOG=str(log))
+    seconds = time.monotonic() - started
+    assert launched.returncode == 2
+    found = FAILURE_LINE.fullmatch(launched.stderr.strip().splitlines()[-1])
+    assert found, launched.stderr[-2000:]
+    assert found[3].startswith("RuntimeError: Worker failed with error 'InvalidCxxCompiler")
+    assert "stopping every node" in launched.stderr
+    assert seconds < 40, f"took {seconds:.0f} s of a 60 s ready timeout"
     cluster.assert_nothing_left()
 
 

@@ -251,3 +251,32 @@ def test_sglang_best_effort() -> None:
 
 def test_clean_line_strips_colour_and_line_ending() -> None:
     assert clean_line("\x1b[32mINFO\x1b[0m done\r\n") == "INFO done"
+
+
+def test_the_cpu_runners_warm_up_is_compiling() -> None:
+    # vLLM 0.32.0's CPU runner (tests/data/vllm_logs/v0.32.0_cpu_tiny_live.log) compiles in
+    # this warm-up; a start that dies there must not read as still loading weights.
+    tracker = StartupTracker(started_at=0.0)
+    tracker.feed(
+        "(Worker pid=12315) INFO 11-21 00:08:26 [default_loader.py:501] Loading weights took "
+        "0.05 seconds",
+        1.0,
+    )
+    tracker.feed(
+        "(Worker pid=12315) INFO 11-21 00:08:32 [cpu_model_runner.py:87] Warming up model for "
+        "the compilation...",
+        2.0,
+    )
+    assert tracker.phase is Phase.compiling
+
+
+def test_profiling_cuda_graph_memory_is_sizing_the_kv_cache() -> None:
+    # vLLM 0.26's gpu_model_runner.py: logger.info("Profiling CUDA graph memory: %s", ...).
+    tracker = StartupTracker(started_at=0.0)
+    tracker.feed("Dynamo bytecode transform time: 8.13 s", 1.0)
+    tracker.feed(
+        "(EngineCore_DP0 pid=2) INFO 11-25 10:00:00 [gpu_model_runner.py:6612] Profiling CUDA "
+        "graph memory: PIECEWISE=51, FULL=35",
+        2.0,
+    )
+    assert tracker.phase is Phase.kv_cache

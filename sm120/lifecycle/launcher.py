@@ -252,6 +252,7 @@ def wait_and_smoke(
             exit_text=lambda: _exit_text(runtime, state),
             timeout_s=timeout,
             on_update=view,
+            engine=plan.engine,
         )
         _check_models(client, plan)
         smoke = smoke_test(

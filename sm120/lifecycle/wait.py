@@ -11,9 +11,15 @@ from dataclasses import dataclass, field
 from sm120.client import ServerClient
 from sm120.errors import SM120Error
 from sm120.failures import Diagnosis, diagnose
+from sm120.monitor.fatal import FatalStart, StartupWatch
 from sm120.phases import Phase, PhaseUpdate, StartupTracker
 
 TAIL_LINES = 40
+# Once the log shows the start is lost, the rest of the engine's traceback (which names the
+# cause) is still on its way, and the engine may still exit on its own: read on until the log
+# is quiet this long or the engine is gone, at most SETTLE_MAX_S.
+SETTLE_QUIET_S = 1.0
+SETTLE_MAX_S = 3.0
 
 
 class StartupFailed(SM120Error):
@@ -32,6 +38,7 @@ class WaitResult:
     tracker: StartupTracker
     seconds: float
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    watch: StartupWatch = field(default_factory=StartupWatch)
 
 
 class LogPump:
@@ -65,19 +72,21 @@ def wait_until_ready(
     timeout_s: float,
     on_update: Callable[[PhaseUpdate | None, float], None],
     poll_s: float = 0.5,
+    engine: str | None = None,
 ) -> WaitResult:
-    """Ready means /health answers 200; fails fast when the process exits or time runs out."""
+    """Ready means /health answers 200. Fails fast when the process exits, when its log shows
+    the start is lost (the API process of a dead engine may live on), or when time runs out."""
     start = time.monotonic()
-    result = WaitResult(StartupTracker(), 0.0)
+    result = WaitResult(StartupTracker(), 0.0, watch=StartupWatch(engine=engine))
     pump = LogPump(lines)
     while True:
         elapsed = time.monotonic() - start
-        for line in pump.drain():
-            result.tail.append(line)
-            update = result.tracker.feed(line, time.time())
-            if update is not None:
-                on_update(update, elapsed)
+        _read(pump.drain(), result, on_update, elapsed)
         on_update(None, elapsed)
+        if result.watch.tripped:
+            _settle(pump, result, running)
+            if running():
+                _fail_fatal(result, elapsed)
         if not running():
             _fail(f"the engine {exit_text()} before it was ready", result, pump)
         if client.health() == 200:
@@ -85,9 +94,10 @@ def wait_until_ready(
             result.seconds = elapsed
             return result
         if elapsed > timeout_s:
-            phase = result.tracker.phase.value if result.tracker.phase else "starting"
+            # The phase named follows the log to its last line.
+            _read_last_lines(pump, result)
             _fail(
-                f"not ready after {timeout_s:.0f} s (last phase: {phase})",
+                f"not ready after {timeout_s:.0f} s (last phase: {_phase(result)})",
                 result,
                 pump,
                 hint="raise the recipe's timeouts.ready_s (--set timeouts.ready_s=N) if it "
@@ -96,14 +106,75 @@ def wait_until_ready(
         time.sleep(poll_s)
 
 
+def _read(
+    lines: list[str],
+    result: WaitResult,
+    on_update: Callable[[PhaseUpdate | None, float], None] | None,
+    elapsed: float,
+) -> None:
+    """Every line goes to the tail, the phase tracker and the fatal-line watch."""
+    for line in lines:
+        result.tail.append(line)
+        result.watch.feed(line)
+        update = result.tracker.feed(line, time.time())
+        if update is not None and on_update is not None:
+            on_update(update, elapsed)
+
+
+def _settle(pump: LogPump, result: WaitResult, running: Callable[[], bool]) -> None:
+    """Read what the dying engine still writes, until its log goes quiet or it is gone."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        lines = pump.drain()
+        if lines:
+            _read(lines, result, None, 0.0)
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_QUIET_S or not running():
+            return
+
+
+def _fail_fatal(result: WaitResult, elapsed: float) -> None:
+    """The engine is still running, but its log says the start is lost."""
+    verdict = result.watch.verdict()
+    assert verdict is not None  # only called once the watch tripped
+    _raise(
+        f"the engine failed {elapsed:.0f} s into its start-up (phase: {_phase(result)}): "
+        f"{verdict.describe()}",
+        result,
+        verdict,
+    )
+
+
 def _fail(message: str, result: WaitResult, pump: LogPump, hint: str | None = None) -> None:
-    time.sleep(0.2)  # let the last lines of a dying engine reach the log
-    result.tail.extend(pump.drain())
+    _read_last_lines(pump, result)
+    verdict = result.watch.verdict()
+    if verdict is not None:
+        message = f"{message}: {verdict.describe()}"
+    _raise(message, result, verdict, hint)
+
+
+def _raise(
+    message: str, result: WaitResult, verdict: FatalStart | None, hint: str | None = None
+) -> None:
     tail = list(result.tail)
     found = diagnose(tail)
+    # The failure that killed the start comes first, even when its line left the tail.
+    if verdict is not None and verdict.failure is not None:
+        found = [verdict.failure, *(other for other in found if other.id != verdict.failure.id)]
     if found and hint is None:
         hint = f"{found[0].id}: {found[0].fix}"
     raise StartupFailed(message, hint or "see the log lines above", tail, found)
+
+
+def _phase(result: WaitResult) -> str:
+    return result.tracker.phase.value if result.tracker.phase else "starting"
+
+
+def _read_last_lines(pump: LogPump, result: WaitResult) -> None:
+    time.sleep(0.2)  # let the last lines of a dying engine reach the log
+    _read(pump.drain(), result, None, 0.0)
 
 
 PHASE_WORDS = {
