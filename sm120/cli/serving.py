@@ -18,7 +18,7 @@ from sm120.lifecycle.wait import PHASE_WORDS, StartupFailed
 from sm120.phases import Phase
 from sm120.runtime.base import Runtime
 from sm120.runtime.native import NativeRuntime
-from sm120.state import clear_state
+from sm120.state import clear_state, deployment_lock
 
 if TYPE_CHECKING:
     from sm120.cluster.launch import ClusterRequest
@@ -137,8 +137,9 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     if gate.keep_on_fail:
         sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
         return 1
-    runtime.stop(ready.state, timeout=30.0)
-    clear_state(ready.state.name)
+    with deployment_lock(ready.state.name, "stop"):
+        runtime.stop(ready.state, timeout=30.0)
+        clear_state(ready.state.name)
     sys.stderr.write(
         f"Error: {failure}; the server was stopped (hint: the failed cases are listed above; "
         "--keep-on-fail keeps it running to investigate)\n"
@@ -159,7 +160,9 @@ def banner(ready: Ready) -> None:
         f"  endpoint  http://{ready.state.host}:{plan.port}/v1   model: {plan.model.served_name}"
     )
     console.print(f'  chat      sm120 chat "hello"   (API key: {ready.state.api_key_file})')
-    console.print(f"  manage    sm120 status | sm120 logs -f | sm120 stop {name}")
+    console.print(
+        f"  manage    sm120 status {name} | sm120 logs --name {name} -f | sm120 stop {name}"
+    )
     if ready.monitor_pid:
         console.print(f"  monitor   sm120 monitor (pid {ready.monitor_pid}; peaks, watchdog)")
     kv = ready.wait.tracker.kv_cache_tokens
@@ -181,11 +184,12 @@ def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
         sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
         return 1
     except KeyboardInterrupt:
-        from sm120.lifecycle.monitoring import stop_for
-        from sm120.state import load_state
+        from sm120.lifecycle.stop import stop_deployment
 
         sys.stderr.write("stopping...\n")
-        stop_for(state.name)
-        runtime.stop(load_state(state.name) or state)
-        clear_state(state.name)
+        try:
+            sys.stderr.write(stop_deployment(state.name, timeout=30.0).describe() + "\n")
+        except SM120Error as exc:
+            report(exc)
+            return 2
         return 0

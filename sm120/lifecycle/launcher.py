@@ -25,7 +25,13 @@ from sm120.plan import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.runtime.base import LaunchSpec, Runtime
-from sm120.state import DeploymentState, clear_state, deployment_dir, load_state
+from sm120.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    load_state,
+)
 
 Progress = Callable[[str], None]
 PhaseView = Callable[[PhaseUpdate | None, float], None]
@@ -201,9 +207,22 @@ def launch(
     progress: Progress,
     view: PhaseView,
 ) -> Ready:
+    checked.raise_on_failure()
+    # Before anything is written: a second launch of the same name must not overwrite the
+    # plan or the log of the one that holds the lock.
+    with deployment_lock(options.name, "launch"):
+        return _launch_locked(checked, runtime, options, progress, view)
+
+
+def _launch_locked(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+) -> Ready:
     plan = checked.plan
     started = time.monotonic()
-    checked.raise_on_failure()
     refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
     spec = _prepare(plan, runtime, options, progress)

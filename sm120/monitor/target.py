@@ -15,7 +15,7 @@ from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
 from sm120.monitor.files import MonitorFiles, load_launch_spec
 from sm120.runtime.base import ExitInfo
-from sm120.state import DeploymentState, load_state
+from sm120.state import DeploymentState, deployment_lock, load_state
 
 PORT_RELEASE_WAIT_S = 30.0
 
@@ -97,10 +97,10 @@ class DeploymentTarget:
             return DockerRuntime().engine_pids(self.state)
         if self.state.runtime != "native":
             return []
-        from sm120.runtime.native import group_members
+        from sm120.runtime.native import live_members, owned_group
 
-        group = self.state.supervisor_pid
-        return sorted(pid for pid in group_members(group) if pid != group)
+        group = owned_group(self.state)
+        return sorted(pid for pid in live_members(group) if pid != group.pgid)
 
     def can_restart(self) -> bool:
         return self.files.launch_spec.is_file()
@@ -109,10 +109,16 @@ class DeploymentTarget:
         spec = load_launch_spec(self.files.launch_spec, self.api_key())
         if spec is None:
             raise RestartFailed(f"no launch spec saved for {self.name}", "launch it again")
-        runtime = runtime_for(self.state)
-        runtime.stop(self.state, timeout=stop_timeout_s)
-        _wait_for_port(self.state.host, self.state.port)
-        new_state = runtime.start(spec, self.files.serve_log)
+        # A user's stop or launch of this deployment wins: it is about to end this monitor.
+        with deployment_lock(self.name, "restart"):
+            if self.gone():
+                raise RestartFailed(
+                    f"{self.name} was stopped or replaced meanwhile", "nothing to do"
+                )
+            runtime = runtime_for(self.state)
+            runtime.stop(self.state, timeout=stop_timeout_s)
+            _wait_for_port(self.state.host, self.state.port)
+            new_state = runtime.start(spec, self.files.serve_log)
         self.state = new_state
         self._expected_group = new_state.supervisor_pid
 

@@ -70,6 +70,9 @@ class RuntimeStatus:
     running: bool
     exit: ExitInfo | None
     pid: int | None
+    # No end was recorded, yet nothing the state names is ours any more (the machine
+    # restarted, or the process was killed with its supervisor): only the state is left.
+    stale: bool = False
 
 
 class Runtime(Protocol):

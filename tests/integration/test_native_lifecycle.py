@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sm120.runtime.native import group_members
+from sm120.runtime.processes import group_members
 from tests.integration.realstack import (
     engine_processes,
     free_port,
