@@ -48,6 +48,10 @@ def deployments_root() -> Path:
     return sm120_home() / "deployments"
 
 
+def is_deployment_name(name: str) -> bool:
+    return bool(_VALID_NAME.match(name))
+
+
 def check_deployment_name(name: str) -> str:
     if not _VALID_NAME.match(name):
         raise StateError(

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sm120.runtime.native import NativeRuntime
 from sm120.runtime.processes import start_ticks
-from sm120.state import deployment_dir, load_state
+from sm120.state import deployment_dir, deployment_lock, load_state
 from tests.conftest import invoke
 from tests.test_runtime_native import processes_in_group, spec_for, wait_for
 
@@ -298,3 +298,16 @@ def test_a_second_launch_is_refused_before_it_writes_anything(
     assert (code, out) == (2, "")
     assert err.endswith(busy("launch", lock_holder.pid))
     assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_the_engine_does_not_inherit_the_launch_lock(cli: CliRunner, tmp_path: Path) -> None:
+    from sm120.pidlock import lock_holder
+
+    with deployment_lock("demo", "launch"):
+        state = NativeRuntime().start(spec_for(tmp_path, "import time; time.sleep(120)"),
+                                      tmp_path / "engine.log")  # fmt: skip
+    # Were the lock passed on to the supervisor, no stop could run while the engine does.
+    assert lock_holder(deployment_dir("demo") / "lock") is None
+    code, out, _ = invoke(cli, "stop", "demo")
+    assert code == 0 and out.startswith("stopped demo: the engine killed by SIGTERM")
+    assert processes_in_group(state.supervisor_pid) == []

@@ -15,6 +15,7 @@ from sm120.cli.progress import PhaseProgress
 from sm120.errors import SM120Error
 from sm120.lifecycle.launcher import LaunchOptions, Ready, describe_failure, launch
 from sm120.lifecycle.wait import PHASE_WORDS, StartupFailed
+from sm120.net import http_url
 from sm120.phases import Phase
 from sm120.runtime.base import Runtime
 from sm120.runtime.native import NativeRuntime
@@ -147,6 +148,16 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     return 1
 
 
+def next_commands(name: str) -> list[str]:
+    """What the READY banner suggests: chat first, then status, logs and stop."""
+    return [
+        f'sm120 chat --name {name} "hello"',
+        f"sm120 status {name}",
+        f"sm120 logs --name {name} -f",
+        f"sm120 stop {name}",
+    ]
+
+
 def banner(ready: Ready) -> None:
     plan = ready.plan
     console = Console()
@@ -157,12 +168,13 @@ def banner(ready: Ready) -> None:
     console.print()
     console.print(f"[bold green]READY[/bold green] {plan.recipe} answered: {ready.answer!r}")
     console.print(
-        f"  endpoint  http://{ready.state.host}:{plan.port}/v1   model: {plan.model.served_name}"
+        f"  endpoint  {http_url(ready.state.host, plan.port, '/v1')}   "
+        f"model: {plan.model.served_name}"
     )
-    console.print(f'  chat      sm120 chat "hello"   (API key: {ready.state.api_key_file})')
-    console.print(
-        f"  manage    sm120 status {name} | sm120 logs --name {name} -f | sm120 stop {name}"
-    )
+    chat, *manage = next_commands(name)
+    # Whole lines, never wrapped: they are meant to be copied.
+    console.print(f"  chat      {chat}   (API key: {ready.state.api_key_file})", soft_wrap=True)
+    console.print(f"  manage    {' | '.join(manage)}", soft_wrap=True)
     if ready.monitor_pid:
         console.print(f"  monitor   sm120 monitor (pid {ready.monitor_pid}; peaks, watchdog)")
     kv = ready.wait.tracker.kv_cache_tokens

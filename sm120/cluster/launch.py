@@ -38,6 +38,7 @@ from sm120.lifecycle.launcher import (
 )
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.measure.target import save_plan
+from sm120.net import exposure_warning
 from sm120.plan import LaunchPlan
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import NodeAddress, NodeLaunch, NodeProcess, render_nodes
@@ -47,7 +48,9 @@ from sm120.state import (
     clear_state,
     deployment_dir,
     deployment_lock,
+    private_dir,
     save_state,
+    write_private_atomically,
 )
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -129,6 +132,9 @@ def _launch_cluster_locked(
     )
     facts = check(plan, probe_all(nodes, request.nodes, requests), docker=docker)
     api_host = reachable_api_host(plan.host, facts.addresses[0])
+    exposure = exposure_warning(plan.host)
+    if exposure:
+        progress(f"warning: {exposure}")
     layout = plan.multinode.model_copy(update={"socket_ifname": facts.ifname})
     plan = dataclasses.replace(plan, multinode=layout)
     launches = render_nodes(
@@ -219,8 +225,8 @@ def _begin(
     """Record the deployment and start its log aggregator before the first node starts."""
     folder = deployment_dir(options.name)
     log_path = folder / "logs" / "serve.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
+    private_dir(log_path.parent)
+    write_private_atomically(log_path, "")
     record = ClusterRecord(
         run_id=f"{options.name}-{secrets.token_hex(4)}", nodes=[n.describe() for n in nodes]
     )

@@ -31,7 +31,7 @@ from sm120.cluster.record import (
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.runtime.native import ExitFileAndLog
 from sm120.runtime.processes import OwnedGroup, RecordedProcess
-from sm120.state import DeploymentState, deployment_dir
+from sm120.state import DeploymentState, deployment_dir, private_dir
 
 RUNTIME_NAME = "cluster"
 AGGREGATOR_MODULE = "sm120.cluster.aggregate"
@@ -53,8 +53,9 @@ class ClusterRuntime(ExitFileAndLog):
     def start_aggregator(self, name: str) -> int:
         folder = deployment_dir(name)
         (folder / EXIT_FILE).unlink(missing_ok=True)
-        (folder / "logs").mkdir(parents=True, exist_ok=True)
-        with (folder / AGGREGATOR_LOG).open("ab") as own_log:
+        private_dir(folder / "logs")
+        own_log = os.open(folder / AGGREGATOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
             process = subprocess.Popen(
                 [sys.executable, "-m", AGGREGATOR_MODULE, name],
                 stdin=subprocess.DEVNULL,
@@ -62,6 +63,8 @@ class ClusterRuntime(ExitFileAndLog):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(own_log)
         _aggregators[process.pid] = process
         return process.pid
 

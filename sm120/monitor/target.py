@@ -14,6 +14,7 @@ from sm120.errors import SM120Error
 from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
 from sm120.monitor.files import MonitorFiles, load_launch_spec
+from sm120.net import client_url, is_ipv6
 from sm120.runtime.base import ExitInfo
 from sm120.state import DeploymentState, deployment_lock, load_state
 
@@ -68,9 +69,7 @@ class DeploymentTarget:
 
     @property
     def base_url(self) -> str:
-        host = self.state.host
-        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        return f"http://{reachable}:{self.state.port}"
+        return client_url(self.state.host, self.state.port)
 
     def api_key(self) -> str | None:
         return read_api_key(self.state.api_key_file)
@@ -125,12 +124,13 @@ class DeploymentTarget:
 
 def _wait_for_port(host: str, port: int) -> None:
     deadline = time.monotonic() + PORT_RELEASE_WAIT_S
+    family = socket.AF_INET6 if is_ipv6(host) else socket.AF_INET
     while time.monotonic() < deadline:
-        with socket.socket() as probe:
+        with socket.socket(family) as probe:
             # As the server will bind: its old connections in TIME_WAIT are no obstacle.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind((host if host not in ("", "::") else "0.0.0.0", port))
+                probe.bind((host or "0.0.0.0", port))
                 return
             except OSError:
                 time.sleep(0.5)

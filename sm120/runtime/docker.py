@@ -19,7 +19,7 @@ from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.runtime.docker_logs import exit_record
 from sm120.runtime.native import EXIT_FILE, ExitFileAndLog
 from sm120.runtime.processes import RecordedProcess, start_ticks
-from sm120.state import DeploymentState, deployment_dir, save_state
+from sm120.state import DeploymentState, deployment_dir, save_state, write_private_atomically
 
 RUNTIME_NAME = "docker"
 CAPTURE_MODULE = "sm120.runtime.docker_logs"
@@ -108,7 +108,7 @@ class DockerRuntime(ExitFileAndLog):
                 container.stop(timeout=int(timeout))
             container.reload()
             record = exit_record(container)
-            Path(state.exit_file).write_text(json.dumps(record) + "\n", encoding="utf-8")
+            write_private_atomically(Path(state.exit_file), json.dumps(record) + "\n")
             info = ExitInfo.read(Path(state.exit_file))
             container.remove(force=True)
         _stop_capture(state)

@@ -28,7 +28,7 @@ from sm120.runtime.processes import (
     find_child_pid,
     start_ticks,
 )
-from sm120.state import DeploymentState, deployment_dir, load_state, save_state
+from sm120.state import DeploymentState, deployment_dir, load_state, private_dir, save_state
 
 SUPERVISOR_MODULE = "sm120.runtime.supervise"
 EXIT_FILE = "exit.json"
@@ -189,7 +189,7 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
         "--",
         *spec.argv,
     ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(log_path.parent)
     # The supervisor writes the engine's output to log_path itself (rotated); its own
     # stdout/stderr only matter if it crashes, and that goes beside the log.
     own_log = log_path.with_name(SUPERVISOR_LOG)
