@@ -311,3 +311,32 @@ def test_the_engine_does_not_inherit_the_launch_lock(cli: CliRunner, tmp_path: P
     code, out, _ = invoke(cli, "stop", "demo")
     assert code == 0 and out.startswith("stopped demo: the engine killed by SIGTERM")
     assert processes_in_group(state.supervisor_pid) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"returncode": "3", "signal": null, "ended_at": 1.0}',
+         "'returncode' must be an integer or null"),
+        ('{"returncode": null, "signal": true, "ended_at": 1.0}',
+         "'signal' must be an integer or null"),
+        ('{"returncode": 0, "signal": null, "ended_at": "noon"}',
+         "'ended_at' must be a time in seconds since 1970"),
+        ("[0]", "it holds list, not a JSON object"),
+        ("{", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["stop", "status"])
+def test_a_damaged_exit_record_is_one_line(
+    cli: CliRunner, command: str, text: str, problem: str
+) -> None:
+    folder = deployment_dir("demo")
+    write_state(state_document(folder))
+    (folder / "exit.json").write_text(text)
+    exit_file = folder / "exit.json"
+    assert invoke(cli, command, "demo") == (
+        2,
+        "",
+        f"Error: exit record {exit_file} is unusable: {problem} (hint: delete {exit_file}; "
+        "status then goes by the processes alone)\n",
+    )
