@@ -62,8 +62,8 @@ def command_line(pid: int) -> list[str]:
 
 @dataclass(frozen=True)
 class RecordedProcess:
-    """A process a deployment started: its pid and, for sm120 0.x state files written before
-    start times were recorded, the command-line words that must name it instead."""
+    """A process a deployment started: its pid and start time or, for state files written
+    before start times were recorded, the command-line words that must name it instead."""
 
     pid: int
     start_ticks: int | None
