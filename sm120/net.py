@@ -35,6 +35,17 @@ def check_host(host: str, where: str = "--host") -> str:
     raise HostError(f"{where} {shown!r} is not an IP address or host name", HOST_HINT)
 
 
+def is_host(host: str) -> bool:
+    """Whether check_host would take it (an empty host, from older state files, is too)."""
+    if host == "":
+        return True
+    try:
+        check_host(host)
+    except HostError:
+        return False
+    return True
+
+
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         return ipaddress.ip_address(host)

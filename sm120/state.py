@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import tempfile
@@ -19,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from sm120.errors import SM120Error
+from sm120.net import is_host
 from sm120.pidlock import PidLock, lock_holder
 
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
 # Linux's PID_MAX_LIMIT: no process id is larger. 0 and 1 are the kernel's and init's.
 PID_MAX = 4_194_304
+# Seconds since 1970 up to the year 5138: beyond it a time is a typo, and too big to format.
+LATEST_TIME = 1e11
 
 # Names become directory names: keep them to one safe path component.
 _VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -151,11 +153,12 @@ _FIELD_RULES: dict[str, tuple[Any, str]] = {
     "runtime": (_text, "a runtime name"),
     "supervisor_pid": (_pid, f"a process id from 2 to {PID_MAX}"),
     "engine_pid": (lambda v: v is None or _pid(v), f"null or a process id from 2 to {PID_MAX}"),
-    "host": (lambda v: isinstance(v, str), "a host name or address"),
+    "host": (lambda v: isinstance(v, str) and is_host(v), "a host name or address"),
     "port": (lambda v: _is_int(v) and 1 <= v <= 65535, "a port from 1 to 65535"),
     "plan_hash": (lambda v: isinstance(v, str), "a string"),
     "started_at": (
-        lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v >= 0,
+        # Compared as numbers, not converted: a 400-digit integer has no float.
+        lambda v: (_is_int(v) or isinstance(v, float)) and 0 <= v < LATEST_TIME,
         "a time in seconds since 1970",
     ),
     "log_path": (_text, "a file path"),

@@ -159,6 +159,10 @@ BAD_FIELDS = [
     ("started_at", "today", "'started_at' must be a time in seconds since 1970, not \"today\""),
     ("exit_file", ["a"], "'exit_file' must be a file path, not [\"a\"]"),
     ("host", None, "'host' must be a host name or address, not null"),
+    ("host", "a b", "'host' must be a host name or address, not \"a b\""),
+    ("started_at", float("nan"), "'started_at' must be a time in seconds since 1970, not NaN"),
+    ("started_at", 10**400, "'started_at' must be a time in seconds since 1970, not "
+                            f"{'1' + '0' * 36}..."),
     ("name", "other", "it names deployment 'other'"),
     ("name", "../x", "'name' must be a deployment name, not \"../x\""),
     ("model_dir", 5, "'model_dir' must be null or a folder path, not 5"),
