@@ -344,3 +344,32 @@ def test_a_damaged_exit_record_is_one_line(
         f"Error: exit record {exit_file} is unusable: {problem} (hint: delete {exit_file}; "
         "status then goes by the processes alone)\n",
     )
+
+
+def test_docker_stop_ends_only_its_own_log_capture(stranger: subprocess.Popen[bytes]) -> None:
+    import dataclasses
+
+    from sm120.runtime import docker
+    from sm120.state import DeploymentState
+
+    folder = deployment_dir("demo")
+    state = DeploymentState.from_dict(
+        state_document(folder, runtime="docker", container_id="c0ffee")
+    )
+    ticks = start_ticks(stranger.pid)
+    assert ticks is not None
+    docker._stop_capture(dataclasses.replace(state, supervisor_pid=stranger.pid,
+                                             supervisor_start=ticks + 3))  # fmt: skip
+    docker._stop_capture(dataclasses.replace(state, supervisor_pid=stranger.pid))
+    time.sleep(0.2)
+    assert stranger.poll() is None
+
+    # A process that is what the state says: the capture's module for this container.
+    capture = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                docker.CAPTURE_MODULE, "--container", "c0ffee"])  # fmt: skip
+    try:
+        wait_for(lambda: "c0ffee" in Path(f"/proc/{capture.pid}/cmdline").read_text())
+        docker._stop_capture(dataclasses.replace(state, supervisor_pid=capture.pid))
+        assert capture.wait(timeout=10) == -15
+    finally:
+        capture.kill()
