@@ -8,6 +8,7 @@ from typing import Any
 
 from sm120.errors import PlanError, RuleViolation
 from sm120.hardware import Hardware, assumed, detect
+from sm120.net import http_url
 from sm120.plan import LaunchPlan, PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -72,7 +73,7 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
             "served_name": plan.model.served_name,
             "dir": plan.model_dir,
         },
-        "endpoint": f"http://{plan.host}:{plan.port}/v1",
+        "endpoint": http_url(plan.host, plan.port, "/v1"),
         "argv": render_argv(plan),
         "env": render_env(plan),
         "plan_hash": plan.plan_hash,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sm120.errors import PlanError
+from sm120.net import check_host
 
 Target = Literal["variant", "model_dir", "port", "host", "served_name", "thinking", "set", "arg"]
 
@@ -92,7 +93,7 @@ def _apply(values: KnobValues, key: str, knob: Knob, raw: str) -> None:
     elif knob.target == "port":
         values.port = _parse_port(key, raw)
     elif knob.target == "host":
-        values.host = raw
+        values.host = check_host(raw, where=key)
     elif knob.target == "served_name":
         values.served_name = raw
     elif knob.target == "thinking":

@@ -22,6 +22,7 @@ from sm120.catalogue import coerce_flag_value, engine_flags
 from sm120.derive import derive_index_topk_pattern, hf_overrides_with_pattern, read_config
 from sm120.errors import PlanError
 from sm120.knobs import KnobValues, knob_values
+from sm120.net import check_host
 from sm120.overrides import Assignment, parse_assignment
 from sm120.recipe.loader import load_recipe
 from sm120.recipe.schema import (
@@ -404,7 +405,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
     cli = KnobValues(
         model_dir=request.model_dir,
         port=request.port,
-        host=request.host,
+        host=check_host(request.host) if request.host is not None else None,
         served_name=request.served_name,
         sets=list(request.sets),
     )

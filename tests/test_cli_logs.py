@@ -116,7 +116,7 @@ def test_logs_shows_the_last_lines_of_the_deployment_log(cli: CliRunner) -> None
             name="tiny",
             recipe="tiny",
             runtime="native",
-            supervisor_pid=0,
+            supervisor_pid=4_194_304,  # PID_MAX_LIMIT itself: never a live process
             engine_pid=None,
             host="127.0.0.1",
             port=8000,

@@ -287,3 +287,26 @@ def test_a_port_left_in_time_wait_is_not_in_use() -> None:
         client.close()
         assert agent._in_use("127.0.0.1", port)  # still listening: in use
     assert not agent._in_use("127.0.0.1", port)
+
+
+def test_stop_never_signals_a_stranger_given_the_recorded_pgid(node: SshNode) -> None:
+    import subprocess
+
+    handle = start(node, "import time; time.sleep(60)")
+    pgid = int((Path(handle) / "pgid").read_text())
+    assert (Path(handle) / "pgid.start").read_text() == str(agent._stat(pgid)[4])  # type: ignore[index]
+    # The node rebooted, or the supervisor was killed with its engine: the number now
+    # belongs to an unrelated program that leads its own session, as the supervisor did.
+    for pid in agent.group_members(pgid):
+        os.kill(pid, 9)
+    wait_for(lambda: agent.group_members(pgid) == [])
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (Path(handle) / "pgid").write_text(str(stranger.pid))
+        assert node.status(handle).running is False
+        node.stop(handle, timeout=2)
+        time.sleep(0.2)
+        assert stranger.poll() is None, "the agent signalled a process it never started"
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.runtime.native import group_members
+from sm120.runtime.processes import group_members
 from tests.cluster_fakes import FakeCluster, make_fake_cluster
 from tests.integration.realstack import free_port
 from tests.standin import FAILURE_LINE, FATAL_STARTUPS

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import typer
 
 from sm120.cli import logs_parse
 from sm120.cli.errors import cli_errors
+from sm120.errors import SM120Error
 
 # `sm120 logs` shows the log; `sm120 logs parse FILE` reads events from any log.
 logs_app = typer.Typer()
@@ -21,9 +21,19 @@ def register(app: typer.Typer) -> None:
     app.command("stop")(stop)
 
 
+def _one_name(argument: str | None, option: str | None) -> str | None:
+    """`sm120 stop NAME` and `sm120 stop --name NAME` both work; both at once must agree."""
+    if argument and option and argument != option:
+        raise SM120Error(
+            f"two deployments named: '{argument}' and --name '{option}'", "give one of them"
+        )
+    return argument or option
+
+
 @cli_errors
 def status(
-    name: str | None = typer.Option(None, "--name", help="Deployment (default: all)."),
+    deployment: str | None = typer.Argument(None, help="Deployment (default: all)."),
+    name: str | None = typer.Option(None, "--name", help="Same as the argument."),
     as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
 ) -> None:
     """What runs, since when, where, and how healthy it is."""
@@ -31,6 +41,7 @@ def status(
     from sm120.lifecycle.status import describe
     from sm120.state import list_states
 
+    name = _one_name(deployment, name)
     states = [find_deployment(name)] if name else list_states()
     rows = [describe(state) for state in states]
     if as_json:
@@ -62,6 +73,11 @@ def _status_text(row: dict[str, object]) -> str:
                 f"  KV usage  {row['kv_cache_usage_pct']:.1f}%  running "
                 f"{row.get('requests_running')}, waiting {row.get('requests_waiting')}"
             )
+    elif row.get("stale"):
+        lines.append(
+            f"  gone      no end was recorded and process {row['supervisor_pid']} is not one "
+            f"sm120 started (stale state: 'sm120 stop {row['name']}' clears it)"
+        )
     else:
         lines.append(f"  dead      the engine {row['exit']} at {row['ended']}")
         lines.append(f"  log       {row['log_path']}  (sm120 logs --name {row['name']})")
@@ -104,29 +120,14 @@ def logs(
 
 @cli_errors
 def stop(
-    name: str | None = typer.Option(None, "--name", help="Deployment."),
+    deployment: str | None = typer.Argument(None, help="Deployment (default: the only one)."),
+    name: str | None = typer.Option(None, "--name", help="Same as the argument."),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds before SIGKILL."),
 ) -> None:
     """Stop gracefully (SIGTERM, then SIGKILL after --timeout) and clean the state."""
-    from sm120.lifecycle.find import find_deployment, runtime_for
-    from sm120.lifecycle.monitoring import stop_for
-    from sm120.state import clear_state
+    from sm120.lifecycle.stop import stop_deployment
 
-    started = time.monotonic()
-    # The monitor first: its watchdog must not restart what is being stopped. It may have
-    # just restarted the server, so the state is read after it is gone.
-    stop_for(find_deployment(name).name)
-    state = find_deployment(name)
-    runtime = runtime_for(state)
-    was_running = runtime.status(state).running
-    info = runtime.stop(state, timeout=timeout)
-    clear_state(state.name)
-    how = info.describe() if info else "ended"
-    verb = "stopped" if was_running else "cleaned up (it had already ended)"
-    typer.echo(
-        f"{verb} {state.name}: the engine {how} after "
-        f"{time.monotonic() - started:.1f}s; port {state.port} is free"
-    )
+    typer.echo(stop_deployment(_one_name(deployment, name), timeout).describe())
 
 
 logs_parse.register(logs_app)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sm120.checks import CheckedPlan
+from sm120.net import http_url
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -99,7 +100,8 @@ def show_plan(checked: CheckedPlan) -> None:
         f"model     {plan.model.repo or 'generated'} @ {revision}"
         f"  dir: {plan.model_dir or '(hub cache)'}"
     )
-    console.print(f"endpoint  http://{plan.host}:{plan.port}/v1  model={plan.model.served_name}")
+    endpoint = http_url(plan.host, plan.port, "/v1")
+    console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
     console.print(
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )

@@ -15,10 +15,11 @@ from sm120.cli.progress import PhaseProgress
 from sm120.errors import SM120Error
 from sm120.lifecycle.launcher import LaunchOptions, Ready, describe_failure, launch
 from sm120.lifecycle.wait import PHASE_WORDS, StartupFailed
+from sm120.net import http_url
 from sm120.phases import Phase
 from sm120.runtime.base import Runtime
 from sm120.runtime.native import NativeRuntime
-from sm120.state import clear_state
+from sm120.state import clear_state, deployment_lock
 
 if TYPE_CHECKING:
     from sm120.cluster.launch import ClusterRequest
@@ -137,13 +138,24 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     if gate.keep_on_fail:
         sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
         return 1
-    runtime.stop(ready.state, timeout=30.0)
-    clear_state(ready.state.name)
+    with deployment_lock(ready.state.name, "stop"):
+        runtime.stop(ready.state, timeout=30.0)
+        clear_state(ready.state.name)
     sys.stderr.write(
         f"Error: {failure}; the server was stopped (hint: the failed cases are listed above; "
         "--keep-on-fail keeps it running to investigate)\n"
     )
     return 1
+
+
+def next_commands(name: str) -> list[str]:
+    """What the READY banner suggests: chat first, then status, logs and stop."""
+    return [
+        f'sm120 chat --name {name} "hello"',
+        f"sm120 status {name}",
+        f"sm120 logs --name {name} -f",
+        f"sm120 stop {name}",
+    ]
 
 
 def banner(ready: Ready) -> None:
@@ -156,10 +168,13 @@ def banner(ready: Ready) -> None:
     console.print()
     console.print(f"[bold green]READY[/bold green] {plan.recipe} answered: {ready.answer!r}")
     console.print(
-        f"  endpoint  http://{ready.state.host}:{plan.port}/v1   model: {plan.model.served_name}"
+        f"  endpoint  {http_url(ready.state.host, plan.port, '/v1')}   "
+        f"model: {plan.model.served_name}"
     )
-    console.print(f'  chat      sm120 chat "hello"   (API key: {ready.state.api_key_file})')
-    console.print(f"  manage    sm120 status | sm120 logs -f | sm120 stop {name}")
+    chat, *manage = next_commands(name)
+    # Whole lines, never wrapped: they are meant to be copied.
+    console.print(f"  chat      {chat}   (API key: {ready.state.api_key_file})", soft_wrap=True)
+    console.print(f"  manage    {' | '.join(manage)}", soft_wrap=True)
     if ready.monitor_pid:
         console.print(f"  monitor   sm120 monitor (pid {ready.monitor_pid}; peaks, watchdog)")
     kv = ready.wait.tracker.kv_cache_tokens
@@ -181,11 +196,12 @@ def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
         sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
         return 1
     except KeyboardInterrupt:
-        from sm120.lifecycle.monitoring import stop_for
-        from sm120.state import load_state
+        from sm120.lifecycle.stop import stop_deployment
 
         sys.stderr.write("stopping...\n")
-        stop_for(state.name)
-        runtime.stop(load_state(state.name) or state)
-        clear_state(state.name)
+        try:
+            sys.stderr.write(stop_deployment(state.name, timeout=30.0).describe() + "\n")
+        except SM120Error as exc:
+            report(exc)
+            return 2
         return 0

@@ -35,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 PID_FILE = "pgid"
+# The supervisor's start time (clock ticks since boot): a pgid alone may name another program
+# once the supervisor has gone (a reboot, a kill -9), and stop must never signal that.
+START_FILE = "pgid.start"
 LOG_FILE = "out.log"
 EXIT_FILE = "exit.json"
 KILL_GRACE = 5.0
@@ -124,6 +127,9 @@ def _supervise(request: dict[str, Any], report_fd: int) -> None:
         # Set only after the child exists: ignored signals would be inherited across exec.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
+        own = _stat(os.getpid())
+        if own is not None:
+            _write_atomically(run_dir / START_FILE, str(own[4]))
         _write_atomically(run_dir / PID_FILE, str(os.getpid()))
         os.write(report_fd, json.dumps({"pgid": os.getpid(), "pid": child.pid}).encode())
         os.close(report_fd)
@@ -146,10 +152,60 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def _pgid(run_dir: Path) -> int | None:
+    """The supervisor's process group as recorded (it may have ended since)."""
     try:
-        return int((run_dir / PID_FILE).read_text().strip())
+        pgid = int((run_dir / PID_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
+    return pgid if pgid > 1 else None
+
+
+def owned_members(run_dir: Path, pgid: int) -> list[int]:
+    """The live members of the supervisor's session, or none when the number may by now
+    belong to another program."""
+    return group_members(pgid) if _is_ours(run_dir, pgid) else []
+
+
+def _is_ours(run_dir: Path, pgid: int) -> bool:
+    try:
+        started = int((run_dir / START_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return True  # written by an agent from before start times were kept
+    leader = _stat(pgid)
+    if leader is not None and leader[4] == started:
+        return True
+    # The supervisor has ended: what it left in its session is ours if it started before
+    # the recorded end (while the number was still taken, so nobody else could have it).
+    ended = (_exit_record(run_dir) or {}).get("ended_at")
+    boot = _boot_time()
+    if not isinstance(ended, (int, float)) or boot is None:
+        return False
+    hertz = os.sysconf("SC_CLK_TCK")
+    for pid in group_members(pgid):
+        fields = _stat(pid)
+        if fields is not None and fields[3] == pgid and boot + fields[4] / hertz <= ended + 1.0:
+            return True
+    return False
+
+
+def _stat(pid: int) -> tuple[str, int, int, int, int] | None:
+    """(state, ppid, pgrp, session, start ticks) from /proc/PID/stat."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _exit_record(run_dir: Path) -> dict[str, Any] | None:
@@ -178,8 +234,8 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def signal_members(pgid: int, signum: int) -> None:
-    for pid in group_members(pgid):
+def signal_members(run_dir: Path, pgid: int, signum: int) -> None:
+    for pid in owned_members(run_dir, pgid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
@@ -190,7 +246,7 @@ def status(request: dict[str, Any]) -> None:
     if pgid is None:
         reply({"running": False, "exit": None, "members": 0, "gone": True})
         return
-    members = len(group_members(pgid))
+    members = len(owned_members(run_dir, pgid))
     record = _exit_record(run_dir)
     reply({"running": record is None and members > 0, "exit": record, "members": members})
 
@@ -200,15 +256,15 @@ def stop(request: dict[str, Any]) -> None:
     timeout = float(request.get("timeout", 30.0))
     pgid = _pgid(run_dir)
     killed = False
-    if pgid is not None and group_members(pgid):
+    if pgid is not None and owned_members(run_dir, pgid):
         # The supervisor ignores SIGTERM, so it stays to record how the engine ended.
-        signal_members(pgid, signal.SIGTERM)
-        if not _wait_empty(pgid, timeout):
+        signal_members(run_dir, pgid, signal.SIGTERM)
+        if not _wait_empty(run_dir, pgid, timeout):
             killed = True
-            signal_members(pgid, signal.SIGKILL)
-            _wait_empty(pgid, KILL_GRACE)
+            signal_members(run_dir, pgid, signal.SIGKILL)
+            _wait_empty(run_dir, pgid, KILL_GRACE)
     record = _exit_record(run_dir)
-    left = len(group_members(pgid)) if pgid is not None else 0
+    left = len(owned_members(run_dir, pgid)) if pgid is not None else 0
     shutil.rmtree(run_dir, ignore_errors=True)
     # The deployment's run folder goes with its last process.
     with contextlib.suppress(OSError):
@@ -216,9 +272,9 @@ def stop(request: dict[str, Any]) -> None:
     reply({"exit": record, "killed": killed, "left": left})
 
 
-def _wait_empty(pgid: int, timeout: float) -> bool:
+def _wait_empty(run_dir: Path, pgid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while group_members(pgid):
+    while owned_members(run_dir, pgid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)

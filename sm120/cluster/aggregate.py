@@ -128,7 +128,7 @@ def record_exit(
 def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m sm120.cluster.aggregate DEPLOYMENT")
-    Path(deployment_dir(sys.argv[1]) / "logs").mkdir(parents=True, exist_ok=True)
+    Path(deployment_dir(sys.argv[1]) / "logs").mkdir(mode=0o700, parents=True, exist_ok=True)
     Aggregator(sys.argv[1]).run()
 
 

@@ -38,10 +38,20 @@ from sm120.lifecycle.launcher import (
 )
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.measure.target import save_plan
+from sm120.net import exposure_warning
 from sm120.plan import LaunchPlan
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import NodeAddress, NodeLaunch, NodeProcess, render_nodes
-from sm120.state import DeploymentState, clear_state, deployment_dir, save_state
+from sm120.runtime.processes import start_ticks
+from sm120.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    private_dir,
+    save_state,
+    write_private_atomically,
+)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -92,8 +102,21 @@ def launch_cluster(
     *,
     make: NodeMaker = make_nodes,
 ) -> Ready:
-    started = time.monotonic()
     checked.raise_on_failure()
+    # Before anything is written, as for one node (sm120.lifecycle.launcher.launch).
+    with deployment_lock(options.name, "launch"):
+        return _launch_cluster_locked(checked, request, options, progress, view, make)
+
+
+def _launch_cluster_locked(
+    checked: CheckedPlan,
+    request: ClusterRequest,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+    make: NodeMaker,
+) -> Ready:
+    started = time.monotonic()
     plan = checked.plan
     assert plan.multinode is not None
     runtime = ClusterRuntime()
@@ -109,6 +132,9 @@ def launch_cluster(
     )
     facts = check(plan, probe_all(nodes, request.nodes, requests), docker=docker)
     api_host = reachable_api_host(plan.host, facts.addresses[0])
+    exposure = exposure_warning(plan.host)
+    if exposure:
+        progress(f"warning: {exposure}")
     layout = plan.multinode.model_copy(update={"socket_ifname": facts.ifname})
     plan = dataclasses.replace(plan, multinode=layout)
     launches = render_nodes(
@@ -199,17 +225,19 @@ def _begin(
     """Record the deployment and start its log aggregator before the first node starts."""
     folder = deployment_dir(options.name)
     log_path = folder / "logs" / "serve.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
+    private_dir(log_path.parent)
+    write_private_atomically(log_path, "")
     record = ClusterRecord(
         run_id=f"{options.name}-{secrets.token_hex(4)}", nodes=[n.describe() for n in nodes]
     )
     save_record(options.name, record)
+    aggregator = runtime.start_aggregator(options.name)
     state = DeploymentState(
         name=options.name,
         recipe=plan.recipe,
         runtime=RUNTIME_NAME,
-        supervisor_pid=runtime.start_aggregator(options.name),
+        supervisor_pid=aggregator,
+        supervisor_start=start_ticks(aggregator),
         engine_pid=None,
         host=api_host,
         port=plan.port,

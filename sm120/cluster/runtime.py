@@ -29,8 +29,9 @@ from sm120.cluster.record import (
     save_record,
 )
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
-from sm120.runtime.native import ExitFileAndLog, group_alive, signal_group_except
-from sm120.state import DeploymentState, deployment_dir
+from sm120.runtime.native import ExitFileAndLog
+from sm120.runtime.processes import OwnedGroup, RecordedProcess
+from sm120.state import DeploymentState, deployment_dir, private_dir
 
 RUNTIME_NAME = "cluster"
 AGGREGATOR_MODULE = "sm120.cluster.aggregate"
@@ -52,8 +53,9 @@ class ClusterRuntime(ExitFileAndLog):
     def start_aggregator(self, name: str) -> int:
         folder = deployment_dir(name)
         (folder / EXIT_FILE).unlink(missing_ok=True)
-        (folder / "logs").mkdir(parents=True, exist_ok=True)
-        with (folder / AGGREGATOR_LOG).open("ab") as own_log:
+        private_dir(folder / "logs")
+        own_log = os.open(folder / AGGREGATOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
             process = subprocess.Popen(
                 [sys.executable, "-m", AGGREGATOR_MODULE, name],
                 stdin=subprocess.DEVNULL,
@@ -61,6 +63,8 @@ class ClusterRuntime(ExitFileAndLog):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(own_log)
         _aggregators[process.pid] = process
         return process.pid
 
@@ -69,15 +73,21 @@ class ClusterRuntime(ExitFileAndLog):
         errors: list[NodeError] = []
         if record is not None:
             errors = stop_processes(state.name, record, timeout)
-        _end_group(state.supervisor_pid)
+        _end_group(aggregator_group(state))
         if errors:
             raise errors[0]
         return self.exit_info(state)
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
         exit_info = self.exit_info(state)
-        running = exit_info is None and group_alive(state.supervisor_pid)
+        running = exit_info is None and bool(aggregator_group(state).members())
         return RuntimeStatus(running=running, exit=exit_info, pid=None)
+
+
+def aggregator_group(state: DeploymentState) -> OwnedGroup:
+    """The local log aggregator's process group (it leads a session of its own)."""
+    marker = (AGGREGATOR_MODULE, state.name)
+    return OwnedGroup(RecordedProcess(state.supervisor_pid, state.supervisor_start, marker))
 
 
 def stop_processes(name: str, record: ClusterRecord, timeout: float) -> list[NodeError]:
@@ -111,18 +121,23 @@ def stop_processes(name: str, record: ClusterRecord, timeout: float) -> list[Nod
     return errors
 
 
-def _end_group(pgid: int) -> None:
-    """The aggregator and its ssh followers: SIGTERM, then SIGKILL."""
-    if group_alive(pgid):
-        signal_group_except(pgid, signal.SIGTERM, spare=-1)
+def _end_group(group: OwnedGroup) -> None:
+    """The aggregator and its ssh followers: SIGTERM, then SIGKILL; only while the group is
+    still the one this deployment started."""
+    if group.members():
+        _signal_all(group, signal.SIGTERM)
         deadline = time.monotonic() + AGGREGATOR_GRACE
-        while group_alive(pgid) and time.monotonic() < deadline:
+        while group.members() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
+        _signal_all(group, signal.SIGKILL)
     # Started by this process (a launch that failed): reap it, so no zombie stays behind.
-    started = _aggregators.pop(pgid, None)
+    started = _aggregators.pop(group.pgid, None)
     if started is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             started.wait(timeout=AGGREGATOR_GRACE)
+
+
+def _signal_all(group: OwnedGroup, signum: int) -> None:
+    for pid in group.members():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)

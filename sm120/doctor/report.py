@@ -191,6 +191,9 @@ def default_report_path() -> Path:
 
 
 def write_report(text: str, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    from sm120.state import private_dir, write_private_atomically
+
+    # It describes the machine (drivers, devices, paths): for its owner's eyes.
+    private_dir(path.parent)
+    write_private_atomically(path, text)
     return path

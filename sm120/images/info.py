@@ -68,8 +68,10 @@ def _from_image(image: Any, what: str) -> ImageInfo | None:
 
 def _deployment_container(client: Any, name: str | None) -> Any | None:
     from sm120.lifecycle.find import find_deployment
-    from sm120.state import load_state
+    from sm120.state import is_deployment_name, load_state
 
+    if name is not None and not is_deployment_name(name):
+        return None  # an image reference (repo:tag, sha256:...) or a container
     state = find_deployment(None) if name is None else load_state(name)
     if state is None:
         return None

@@ -10,6 +10,7 @@ from rich.console import Console
 from sm120.client import ChatResult, ServerClient
 from sm120.lifecycle.find import find_deployment
 from sm120.lifecycle.secrets import read_api_key
+from sm120.net import client_url
 
 
 @dataclass
@@ -34,7 +35,7 @@ class ChatSession:
     ) -> ChatSession:
         state = find_deployment(name)
         client = ServerClient(
-            f"http://{state.host}:{state.port}", read_api_key(state.api_key_file), timeout=600.0
+            client_url(state.host, state.port), read_api_key(state.api_key_file), timeout=600.0
         )
         history = [{"role": "system", "content": system}] if system else []
         return cls(client, state.served_model_name, thinking, max_tokens, stream, history)

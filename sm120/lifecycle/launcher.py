@@ -20,12 +20,19 @@ from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.measure.target import save_plan
 from sm120.monitor.capture import start_fresh_log
+from sm120.net import client_url, exposure_warning, http_url
 from sm120.phases import PhaseUpdate
 from sm120.plan import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.runtime.base import LaunchSpec, Runtime
-from sm120.state import DeploymentState, clear_state, deployment_dir, load_state
+from sm120.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    load_state,
+)
 
 Progress = Callable[[str], None]
 PhaseView = Callable[[PhaseUpdate | None, float], None]
@@ -75,7 +82,7 @@ def running_deployment(name: str, replace: bool) -> DeploymentState | None:
         return None
     if not replace:
         raise LaunchError(
-            f"deployment '{name}' is already running on http://{existing.host}:{existing.port}",
+            f"deployment '{name}' is already running on {http_url(existing.host, existing.port)}",
             f"use it ('sm120 chat'), stop it ('sm120 stop {name}'), or --replace",
         )
     return existing
@@ -201,11 +208,27 @@ def launch(
     progress: Progress,
     view: PhaseView,
 ) -> Ready:
+    checked.raise_on_failure()
+    # Before anything is written: a second launch of the same name must not overwrite the
+    # plan or the log of the one that holds the lock.
+    with deployment_lock(options.name, "launch"):
+        return _launch_locked(checked, runtime, options, progress, view)
+
+
+def _launch_locked(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+) -> Ready:
     plan = checked.plan
     started = time.monotonic()
-    checked.raise_on_failure()
     refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
+    exposure = exposure_warning(plan.host)
+    if exposure:
+        progress(f"warning: {exposure}")
     spec = _prepare(plan, runtime, options, progress)
     # Bench and gates read the plan later (image, baseline, limits) from the state dir.
     save_plan(options.name, plan_document(checked))
@@ -241,7 +264,7 @@ def wait_and_smoke(
     timeout = options.timeout_s or plan.timeouts.ready_s
     # The state's host: where the API is reached from here (a multi-node head's address).
     with ServerClient(
-        f"http://{_client_host(state.host)}:{state.port}",
+        client_url(state.host, state.port),
         key,
         timeout=max(60.0, plan.smoke.max_tokens / 2),
     ) as client:
@@ -279,11 +302,6 @@ def _check_models(client: ServerClient, plan: LaunchPlan) -> None:
 def _exit_text(runtime: Runtime, state: DeploymentState) -> str:
     info = runtime.exit_info(state)
     return info.describe() if info else "stopped"
-
-
-def _client_host(host: str) -> str:
-    # A server bound to every interface is reached on loopback from here.
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def describe_failure(exc: StartupFailed) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from sm120.errors import SM120Error
 from sm120.state import deployment_dir, write_private_atomically
 
 KEY_FILE = "api_key"
@@ -15,13 +16,23 @@ def key_path(name: str) -> Path:
 
 
 def ensure_api_key(name: str, given: str | None) -> Path:
-    """Store the given key, or keep/generate one, and return where it lives."""
+    """Store the given key, or keep/generate one, and return where it lives. Every
+    deployment gets a key: a blank one would leave the server open to anyone."""
     path = key_path(name)
-    if given:
-        write_private_atomically(path, given)
-    elif not path.is_file():
+    if given is not None:
+        write_private_atomically(path, check_api_key(given))
+    elif read_api_key(str(path)) is None:
         write_private_atomically(path, secrets.token_urlsafe(32))
     return path
+
+
+def check_api_key(key: str) -> str:
+    if not key or any(char.isspace() or not char.isprintable() for char in key):
+        raise SM120Error(
+            "--api-key must be printable text without spaces",
+            "leave it out and a key is generated (stored 0600 beside the deployment)",
+        )
+    return key
 
 
 def read_api_key(path: str | None) -> str | None:

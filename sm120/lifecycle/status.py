@@ -13,6 +13,7 @@ from sm120.lifecycle.secrets import read_api_key
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.follow import tail_lines as follow_tail
 from sm120.monitor.summary import monitor_summary
+from sm120.net import client_url, http_url
 from sm120.state import DeploymentState, deployment_dir
 
 
@@ -47,17 +48,19 @@ def _metrics(base: str) -> dict[str, float]:
 def describe(state: DeploymentState) -> dict[str, Any]:
     runtime = runtime_for(state)
     current = runtime.status(state)
-    base = f"http://{state.host}:{state.port}"
+    base = client_url(state.host, state.port)
     row: dict[str, Any] = {
         "name": state.name,
         "recipe": state.recipe,
         "runtime": state.runtime,
         "plan_hash": state.plan_hash,
         "running": current.running,
+        "stale": current.stale,
         "pid": current.pid,
+        "supervisor_pid": state.supervisor_pid,
         "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_at)),
         "uptime": _age(time.time() - state.started_at),
-        "endpoint": f"{base}/v1",
+        "endpoint": http_url(state.host, state.port, "/v1"),
         "served_model_name": state.served_model_name,
         "log_path": state.log_path,
         "container": state.container_id[:12] if state.container_id else None,

@@ -13,12 +13,13 @@ A figure more than `threshold` (a fraction) below its reference is a regression.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.state import sm120_home
+from sm120.state import private_dir, sm120_home
 
 HISTORY_FILE = "history.jsonl"
 LONG_PROMPT_TOKENS = 32768
@@ -31,9 +32,13 @@ def history_path() -> Path:
 
 def append(report: Mapping[str, Any], path: Path | None = None) -> Path:
     target = path or history_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(report, sort_keys=True, default=str) + "\n")
+    private_dir(target.parent)
+    line = json.dumps(report, sort_keys=True, default=str) + "\n"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
     return target
 
 

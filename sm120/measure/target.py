@@ -18,6 +18,7 @@ from typing import Any
 
 from sm120.errors import SM120Error
 from sm120.measure.wire import ServedModel, Wire
+from sm120.net import client_url
 from sm120.state import DeploymentState, deployments_root
 
 PLAN_FILE = "plan.json"
@@ -116,7 +117,7 @@ def target_for_deployment(name: str | None) -> Target:
 
     state = find_deployment(name)
     plan = load_plan(state) or {}
-    base_url = f"http://{_loopback_if_any(state.host)}:{state.port}"
+    base_url = client_url(state.host, state.port)
     key = read_api_key(state.api_key_file)
     served = _served(base_url, key, state.served_model_name)
     return Target(
@@ -176,11 +177,6 @@ def _model_repo(plan: dict[str, Any]) -> str | None:
     model = plan.get("model")
     repo = model.get("repo") if isinstance(model, dict) else None
     return repo if isinstance(repo, str) and repo else None
-
-
-def _loopback_if_any(host: str) -> str:
-    # A server bound to every interface is reached on loopback from here.
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def _int_arg(plan: dict[str, Any], flag: str) -> int | None:

@@ -46,7 +46,7 @@ class RotatingLogWriter:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._fd = -1
         self._size = 0
         self._identity = (0, 0)

@@ -62,7 +62,7 @@ def capture_wedge(
     while target.exists():
         suffix += 1
         target = directory / f"wedge-{stamp}-{suffix}"
-    target.mkdir(parents=True)
+    target.mkdir(mode=0o700, parents=True)
     (target / "log_tail.txt").write_text("\n".join(log_tail) + "\n", encoding="utf-8")
     if metrics_text is not None:
         (target / "metrics.txt").write_text(metrics_text, encoding="utf-8")

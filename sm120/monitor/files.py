@@ -28,6 +28,7 @@ from sm120.monitor.watchdog import (
     DEFAULT_WEDGE_TIMEOUT_S,
 )
 from sm120.runtime.base import LaunchSpec
+from sm120.state import private_dir
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class MonitorFiles:
 
     def make_dirs(self) -> None:
         for directory in (self.logs, self.own, self.diagnostics):
-            directory.mkdir(parents=True, exist_ok=True)
+            private_dir(directory)
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,16 @@ never trusts a stale pid that the system has since given to another process.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from sm120.monitor.files import MonitorFiles
+from sm120.pidlock import PidLock, lock_holder
 
 if TYPE_CHECKING:
     from sm120.monitor.target import Target
@@ -28,48 +27,9 @@ STOP_TIMEOUT_S = 60.0
 START_WAIT_S = 10.0
 
 
-class PidLock:
-    """Held by the running monitor; a second monitor for the same deployment cannot take it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._handle: IO[str] | None = None
-
-    def acquire(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._handle = handle
-        return True
-
-    def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-
 def running_monitor(files: MonitorFiles) -> int | None:
     """The pid of the monitor that holds the lock, or None."""
-    try:
-        handle = files.pid.open(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else None
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return None
+    return lock_holder(files.pid)
 
 
 def start_monitor(name: str, files: MonitorFiles) -> int:

@@ -14,8 +14,9 @@ from sm120.errors import SM120Error
 from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
 from sm120.monitor.files import MonitorFiles, load_launch_spec
+from sm120.net import client_url, is_ipv6
 from sm120.runtime.base import ExitInfo
-from sm120.state import DeploymentState, load_state
+from sm120.state import DeploymentState, deployment_lock, load_state
 
 PORT_RELEASE_WAIT_S = 30.0
 
@@ -68,9 +69,7 @@ class DeploymentTarget:
 
     @property
     def base_url(self) -> str:
-        host = self.state.host
-        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        return f"http://{reachable}:{self.state.port}"
+        return client_url(self.state.host, self.state.port)
 
     def api_key(self) -> str | None:
         return read_api_key(self.state.api_key_file)
@@ -97,10 +96,10 @@ class DeploymentTarget:
             return DockerRuntime().engine_pids(self.state)
         if self.state.runtime != "native":
             return []
-        from sm120.runtime.native import group_members
+        from sm120.runtime.native import live_members, owned_group
 
-        group = self.state.supervisor_pid
-        return sorted(pid for pid in group_members(group) if pid != group)
+        group = owned_group(self.state)
+        return sorted(pid for pid in live_members(group) if pid != group.pgid)
 
     def can_restart(self) -> bool:
         return self.files.launch_spec.is_file()
@@ -109,22 +108,29 @@ class DeploymentTarget:
         spec = load_launch_spec(self.files.launch_spec, self.api_key())
         if spec is None:
             raise RestartFailed(f"no launch spec saved for {self.name}", "launch it again")
-        runtime = runtime_for(self.state)
-        runtime.stop(self.state, timeout=stop_timeout_s)
-        _wait_for_port(self.state.host, self.state.port)
-        new_state = runtime.start(spec, self.files.serve_log)
+        # A user's stop or launch of this deployment wins: it is about to end this monitor.
+        with deployment_lock(self.name, "restart"):
+            if self.gone():
+                raise RestartFailed(
+                    f"{self.name} was stopped or replaced meanwhile", "nothing to do"
+                )
+            runtime = runtime_for(self.state)
+            runtime.stop(self.state, timeout=stop_timeout_s)
+            _wait_for_port(self.state.host, self.state.port)
+            new_state = runtime.start(spec, self.files.serve_log)
         self.state = new_state
         self._expected_group = new_state.supervisor_pid
 
 
 def _wait_for_port(host: str, port: int) -> None:
     deadline = time.monotonic() + PORT_RELEASE_WAIT_S
+    family = socket.AF_INET6 if is_ipv6(host) else socket.AF_INET
     while time.monotonic() < deadline:
-        with socket.socket() as probe:
+        with socket.socket(family) as probe:
             # As the server will bind: its old connections in TIME_WAIT are no obstacle.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind((host if host not in ("", "::") else "0.0.0.0", port))
+                probe.bind((host or "0.0.0.0", port))
                 return
             except OSError:
                 time.sleep(0.5)

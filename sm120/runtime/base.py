@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from sm120.state import DeploymentState
+from sm120.state import DeploymentState, StateError
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,31 @@ class ExitInfo:
 
     @classmethod
     def read(cls, path: Path) -> ExitInfo | None:
-        """Read an exit record written by sm120.runtime.supervise; None if there is none yet."""
+        """Read an exit record written by sm120.runtime.supervise; None if there is none yet.
+        Writers replace it atomically, so anything unreadable was damaged: one line says so."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
             return None
-        return cls(
-            returncode=data.get("returncode"),
-            signal=data.get("signal"),
-            ended_at=float(data.get("ended_at", 0.0)),
-        )
+        except (OSError, ValueError) as exc:
+            raise _unusable_record(path, str(exc)) from None
+        if not isinstance(data, dict):
+            raise _unusable_record(path, f"it holds {type(data).__name__}, not a JSON object")
+        for key in ("returncode", "signal"):
+            value = data.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise _unusable_record(path, f"'{key}' must be an integer or null")
+        ended_at = data.get("ended_at", 0.0)
+        if isinstance(ended_at, bool) or not isinstance(ended_at, (int, float)):
+            raise _unusable_record(path, "'ended_at' must be a time in seconds since 1970")
+        return cls(returncode=data.get("returncode"), signal=data.get("signal"), ended_at=ended_at)
+
+
+def _unusable_record(path: Path, problem: str) -> StateError:
+    return StateError(
+        f"exit record {path} is unusable: {problem}",
+        f"delete {path}; status then goes by the processes alone",
+    )
 
 
 def signal_name(number: int) -> str:
@@ -70,6 +85,9 @@ class RuntimeStatus:
     running: bool
     exit: ExitInfo | None
     pid: int | None
+    # No end was recorded, yet nothing the state names is ours any more (the machine
+    # restarted, or the process was killed with its supervisor): only the state is left.
+    stale: bool = False
 
 
 class Runtime(Protocol):

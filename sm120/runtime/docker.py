@@ -18,7 +18,8 @@ from sm120.errors import SM120Error
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.runtime.docker_logs import exit_record
 from sm120.runtime.native import EXIT_FILE, ExitFileAndLog
-from sm120.state import DeploymentState, deployment_dir, save_state
+from sm120.runtime.processes import RecordedProcess, start_ticks
+from sm120.state import DeploymentState, deployment_dir, save_state, write_private_atomically
 
 RUNTIME_NAME = "docker"
 CAPTURE_MODULE = "sm120.runtime.docker_logs"
@@ -59,6 +60,7 @@ class DockerRuntime(ExitFileAndLog):
             recipe=spec.recipe,
             runtime=RUNTIME_NAME,
             supervisor_pid=capture.pid,
+            supervisor_start=start_ticks(capture.pid),
             engine_pid=None,
             host=spec.host,
             port=spec.port,
@@ -106,10 +108,10 @@ class DockerRuntime(ExitFileAndLog):
                 container.stop(timeout=int(timeout))
             container.reload()
             record = exit_record(container)
-            Path(state.exit_file).write_text(json.dumps(record) + "\n", encoding="utf-8")
+            write_private_atomically(Path(state.exit_file), json.dumps(record) + "\n")
             info = ExitInfo.read(Path(state.exit_file))
             container.remove(force=True)
-        _stop_capture(state.supervisor_pid)
+        _stop_capture(state)
         return info
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
@@ -174,22 +176,17 @@ def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subpro
     )
 
 
-def _is_capture(pid: int) -> bool:
-    """Guard against pid reuse: only signal a process that is still our log capture."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return CAPTURE_MODULE.encode() in cmdline
-
-
-def _stop_capture(pid: int) -> None:
-    if pid <= 0 or not _is_capture(pid):
+def _stop_capture(state: DeploymentState) -> None:
+    # Guard against pid reuse: only signal a process that is still our log capture. Files
+    # of older versions have no start time: the capture's command line names the container.
+    marker = (CAPTURE_MODULE, state.container_id or "")
+    capture = RecordedProcess(state.supervisor_pid, state.supervisor_start, marker)
+    if not capture.is_running():
         return
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(capture.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
     # Reap it when this process started it (the launcher's failure path).
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        os.waitpid(capture.pid, os.WNOHANG)

@@ -2,7 +2,9 @@
 
 The supervisor leads a new session, so its process id is also the group id: everything the
 engine spawns stays in that group, `stop` can end all of it from the saved state alone, and a
-Ctrl-C in the launcher's terminal never reaches the engine.
+Ctrl-C in the launcher's terminal never reaches the engine. The state records when the
+supervisor and the engine started, and nothing is signalled unless the group is still
+provably theirs (sm120.runtime.processes): a stale state file never hurts a stranger.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from sm120.errors import SM120Error
 from sm120.monitor.follow import LogFollower
 from sm120.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
-from sm120.state import DeploymentState, deployment_dir, load_state, save_state
+from sm120.runtime.processes import (
+    OwnedGroup,
+    RecordedProcess,
+    find_child_pid,
+    start_ticks,
+)
+from sm120.state import DeploymentState, deployment_dir, load_state, private_dir, save_state
 
 SUPERVISOR_MODULE = "sm120.runtime.supervise"
 EXIT_FILE = "exit.json"
@@ -32,7 +39,6 @@ POLL_INTERVAL = 0.05
 ENGINE_PID_WAIT = 2.0
 # After SIGKILL only the kernel is left to act: this is just how long we watch it do so.
 KILL_GRACE = 5.0
-PROC = Path("/proc")
 
 # Supervisors started by this process. Finished ones are reaped so they do not linger as
 # zombies, which would still count as members of their process group.
@@ -79,12 +85,16 @@ class NativeRuntime(ExitFileAndLog):
         exit_file.unlink(missing_ok=True)
         started_at = time.time()
         supervisor = _spawn_supervisor(spec, log_path, exit_file)
+        engine_pid = _wait_for_engine_pid(supervisor)
         state = DeploymentState(
             name=spec.name,
             recipe=spec.recipe,
             runtime=RUNTIME_NAME,
             supervisor_pid=supervisor.pid,
-            engine_pid=_wait_for_engine_pid(supervisor),
+            # Our unreaped child: its /proc entry stays even if it has exited already.
+            supervisor_start=start_ticks(supervisor.pid),
+            engine_pid=engine_pid,
+            engine_start=start_ticks(engine_pid) if engine_pid else None,
             host=spec.host,
             port=spec.port,
             plan_hash=spec.plan_hash,
@@ -109,22 +119,50 @@ class NativeRuntime(ExitFileAndLog):
             )
 
     def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
-        pgid = state.supervisor_pid
-        if group_alive(pgid):
+        group = owned_group(state)
+        if live_members(group):
             # The supervisor is spared so it can record how the engine ended.
-            signal_group_except(pgid, signal.SIGTERM, spare=pgid)
-            if not _wait_until(lambda: not group_alive(pgid), timeout):
-                _kill_group(pgid)
+            signal_members(group, signal.SIGTERM, spare=group.pgid)
+            if not _wait_until(lambda: not live_members(group), timeout):
+                _kill_group(group)
         return self.exit_info(state)
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
-        _reap_finished_supervisors()
         exit_info = self.exit_info(state)
-        running = exit_info is None and group_alive(state.supervisor_pid)
+        group = owned_group(state)
+        running = exit_info is None and bool(live_members(group))
         pid = None
-        if running:
-            pid = state.engine_pid or find_child_pid(state.supervisor_pid)
-        return RuntimeStatus(running=running, exit=exit_info, pid=pid)
+        if running and group.engine is not None and group.engine.is_running():
+            pid = group.engine.pid
+        elif running and group.leader.is_running():
+            pid = find_child_pid(group.pgid)
+        # No end recorded and nothing of ours left: what the state names is someone else's.
+        stale = exit_info is None and not running
+        return RuntimeStatus(running=running, exit=exit_info, pid=pid, stale=stale)
+
+
+def owned_group(state: DeploymentState) -> OwnedGroup:
+    """The supervisor's process group as the state recorded it."""
+    engine = None
+    if state.engine_pid is not None and state.engine_start is not None:
+        engine = RecordedProcess(state.engine_pid, state.engine_start)
+    exit_file = Path(state.exit_file)
+    return OwnedGroup(
+        # State files from before start times were recorded: the supervisor's command line
+        # names its module and this deployment's exit file.
+        leader=RecordedProcess(
+            state.supervisor_pid,
+            state.supervisor_start,
+            marker=(SUPERVISOR_MODULE, state.exit_file),
+        ),
+        engine=engine,
+        ended_at=lambda: _ended_at(exit_file),
+    )
+
+
+def _ended_at(exit_file: Path) -> float | None:
+    info = ExitInfo.read(exit_file)
+    return info.ended_at if info is not None else None
 
 
 # sm120's own settings: vLLM reads every VLLM_* variable and warns about unknown ones (F17).
@@ -151,7 +189,7 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
         "--",
         *spec.argv,
     ]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(log_path.parent)
     # The supervisor writes the engine's output to log_path itself (rotated); its own
     # stdout/stderr only matter if it crashes, and that goes beside the log.
     own_log = log_path.with_name(SUPERVISOR_LOG)
@@ -181,14 +219,34 @@ def _wait_for_engine_pid(supervisor: subprocess.Popen[bytes]) -> int | None:
     return None
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(group: OwnedGroup) -> None:
     # Engine side first, so the supervisor still records "killed by SIGKILL".
-    signal_group_except(pgid, signal.SIGKILL, spare=pgid)
-    if _wait_until(lambda: not group_alive(pgid), KILL_GRACE):
+    signal_members(group, signal.SIGKILL, spare=group.pgid)
+    if _wait_until(lambda: not live_members(group), KILL_GRACE):
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    _wait_until(lambda: not group_alive(pgid), KILL_GRACE)
+    signal_members(group, signal.SIGKILL, spare=None)
+    _wait_until(lambda: not live_members(group), KILL_GRACE)
+
+
+def live_members(group: OwnedGroup) -> list[int]:
+    """The group's live processes; none when it is not provably the one we started."""
+    # Supervisors this process started and that have ended are reaped first: a zombie
+    # leader would otherwise still look like a member.
+    _reap_finished_supervisors()
+    return group.members()
+
+
+def signal_members(group: OwnedGroup, signum: int, *, spare: int | None) -> None:
+    for pid in live_members(group):
+        if pid != spare:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+
+def _reap_finished_supervisors() -> None:
+    for pid, supervisor in list(_started.items()):
+        if supervisor.poll() is not None:
+            del _started[pid]
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float) -> bool:
@@ -199,90 +257,6 @@ def _wait_until(condition: Callable[[], bool], timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_INTERVAL)
-
-
-# --- processes, as /proc sees them -------------------------------------------------------
-
-
-def _reap_finished_supervisors() -> None:
-    for pid, supervisor in list(_started.items()):
-        if supervisor.poll() is not None:
-            del _started[pid]
-
-
-def group_alive(pgid: int) -> bool:
-    _reap_finished_supervisors()
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg also succeeds for zombies, which are dead; /proc tells them apart.
-    return not PROC.is_dir() or bool(group_members(pgid))
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of the process group."""
-    members = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields is not None and fields.pgrp == pgid and fields.state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def signal_group_except(pgid: int, signum: int, *, spare: int) -> None:
-    if not PROC.is_dir():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signum)
-        return
-    for pid in group_members(pgid):
-        if pid != spare:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-
-def find_child_pid(parent: int) -> int | None:
-    children = _children_from_task_files(parent)
-    if not children:
-        children = _children_from_stat_scan(parent)
-    return min(children) if children else None
-
-
-def _children_from_task_files(parent: int) -> list[int]:
-    children: list[int] = []
-    for task_children in PROC.glob(f"{parent}/task/*/children"):
-        with contextlib.suppress(OSError):
-            children += [int(pid) for pid in task_children.read_text().split()]
-    return children
-
-
-def _children_from_stat_scan(parent: int) -> list[int]:
-    children = []
-    for entry in PROC.glob("[0-9]*"):
-        fields = _stat_fields(int(entry.name))
-        if fields is not None and fields.ppid == parent:
-            children.append(int(entry.name))
-    return children
-
-
-class _StatFields(NamedTuple):
-    state: str
-    ppid: int
-    pgrp: int
-
-
-def _stat_fields(pid: int) -> _StatFields | None:
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain spaces or ')'.
-    after_name = text[text.rfind(")") + 2 :].split()
-    return _StatFields(state=after_name[0], ppid=int(after_name[1]), pgrp=int(after_name[2]))
 
 
 # --- logs --------------------------------------------------------------------------------

