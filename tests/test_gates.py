@@ -374,7 +374,7 @@ def test_bad_max_tokens_and_temperature(cli: CliRunner) -> None:
         "Error: --max-tokens must be 1 or more, got 0 (hint: or leave it out)",
     )
     code, _, err = invoke(cli, "test", "core", "--temperature", "3")
-    assert err.strip() == "Error: --temperature must be between 0 and 2, got 3.0 (hint: e.g. 0)"
+    assert err.strip() == "Error: --temperature must be 2 or less, got 3 (hint: e.g. 0)"
 
 
 def test_no_deployment(cli: CliRunner) -> None:
