@@ -26,7 +26,9 @@ class NotText(SM120Error):
 
 
 def size_words(limit: int) -> str:
-    return f"{limit / MIB:g} MiB" if limit >= MIB else f"{limit:,} bytes"
+    if limit >= MIB:
+        return f"{limit / MIB:g} MiB"
+    return f"{limit / 1024:g} KiB" if limit >= 1024 else f"{limit:,} bytes"
 
 
 def read_capped(path: Path, limit: int, what: str, hint: str) -> bytes:

@@ -78,7 +78,10 @@ def bound_for(command: str, flag: str) -> Bound | None:
 
 
 def _words(number: float) -> str:
-    return f"{number:g}" if isinstance(number, float) else str(number)
+    if not isinstance(number, float):
+        return str(number)
+    short = f"{number:g}"
+    return short if float(short) == number else repr(number)
 
 
 def check_number(flag: str, value: float, bound: Bound) -> None:
