@@ -45,19 +45,20 @@ def read_capped(path: Path, limit: int, what: str, hint: str) -> bytes:
     return data
 
 
-def decode_text(data: bytes, origin: str, what: str, hint: str) -> str:
-    """UTF-8 text; a NUL byte or an undecodable sequence means a binary file."""
+def decode_text(data: bytes, label: str, hint: str) -> str:
+    """UTF-8 text; a NUL byte or an undecodable sequence means a binary file. `label` names
+    the input in the error ("recipe /path/x.yaml")."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NotText(f"{what} {origin} is not UTF-8 text (byte {exc.start})", hint) from None
+        raise NotText(f"{label} is not UTF-8 text (byte {exc.start})", hint) from None
     if "\x00" in text:
-        raise NotText(f"{what} {origin} is not text (it holds NUL bytes)", hint)
+        raise NotText(f"{label} is not text (it holds NUL bytes)", hint)
     return text
 
 
 def read_text_capped(path: Path, limit: int, what: str, hint: str) -> str:
-    return decode_text(read_capped(path, limit, what, hint), str(path), what, hint)
+    return decode_text(read_capped(path, limit, what, hint), f"{what} {path}", hint)
 
 
 def capped_lines(handle: BinaryIO, max_line: int) -> Iterator[bytes]:

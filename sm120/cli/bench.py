@@ -35,8 +35,9 @@ def parse_ints(text: str | None, option: str) -> tuple[int, ...] | None:
             f"e.g. {option} 1024,8192",
         )
     bound = bound_for("bench", option)
-    for value in values if bound is not None else ():
-        check_number(option, value, bound)
+    if bound is not None:
+        for value in values:
+            check_number(option, value, bound)
     return values
 
 
