@@ -208,3 +208,164 @@ def test_bounds_are_sane() -> None:
 def test_issue_numbers(cli: CliRunner, args: tuple[str, ...], message: str) -> None:
     code, _, err = invoke(cli, *args)
     assert (code, one_line_error(err)) == (2, message)
+
+
+# --- recipes ----------------------------------------------------------------------------------
+
+TINY = (REPO / "recipes" / "tiny.yaml").read_text(encoding="utf-8")
+
+
+def _alias_bomb() -> str:
+    """Nine levels of ten aliases each: 10**9 strings once expanded, a few lines of YAML."""
+    lines = ["  hf-overrides:", '    l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 10):
+        lines.append(f"    l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+    return TINY.replace("\nargs:\n", "\nargs:\n" + "\n".join(lines) + "\n", 1)
+
+
+def _recipe_line(line: str) -> str:
+    return TINY.replace("\nargs:\n", f"\nargs:\n  {line}\n", 1)
+
+
+# The line _recipe_line writes: the one after "args:".
+_INJECTED_LINE = TINY.split("\n").index("args:") + 2
+_SHAPE_HINT = "recipes are a few levels deep; check the brackets and indentation"
+BAD_RECIPES = [
+    pytest.param(
+        _alias_bomb(),
+        "{path}: the recipe expands to more than 100,000 values (hint: YAML aliases (*name) "
+        "repeat what they point at; write the values out instead)",
+        id="alias-bomb",
+    ),
+    pytest.param(
+        _recipe_line("hf-overrides: " + "[" * 40 + "]" * 40),
+        f"{{path}}: line {_INJECTED_LINE}: nested deeper than 32 levels (hint: {_SHAPE_HINT})",
+        id="nested-40",
+    ),
+    pytest.param(
+        _recipe_line("hf-overrides: " + "[" * 10_000 + "]" * 10_000),
+        f"{{path}}: line {_INJECTED_LINE}: nested deeper than 32 levels (hint: {_SHAPE_HINT})",
+        id="nested-10000",
+    ),
+    pytest.param(
+        _recipe_line("max-num-batched-tokens: " + "9" * 5000),
+        "{path}: a value YAML cannot read (Exceeds the limit (4300 digits) for integer string "
+        "conversion) (hint: check the numbers in the recipe)",
+        id="5000-digits",
+    ),
+    pytest.param(
+        TINY.replace("name: tiny", "name: " + "a" * 300, 1),
+        "{path}: name: String should have at most 64 characters (hint: fix the value in the "
+        "recipe)",
+        id="300-character-name",
+    ),
+    pytest.param(
+        b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe binary",
+        "recipe {path} is not UTF-8 text (byte 0) (hint: a recipe is a small UTF-8 YAML file; "
+        "see recipes/ for examples)",
+        id="binary",
+    ),
+    pytest.param(
+        TINY.replace("\nargs:\n", "\n# " + "x" * (1 << 20) + "\nargs:\n", 1),
+        "recipe {path} is larger than 1 MiB (hint: a recipe is a small UTF-8 YAML file; "
+        "see recipes/ for examples)",
+        id="over-1-MiB",
+    ),
+]
+
+
+def _recipes_folder(tmp_path: Path, content: str | bytes, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    path = folder / "tiny.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    monkeypatch.setenv("SM120_RECIPES_DIR", str(folder))
+    return path
+
+
+@pytest.mark.parametrize(("content", "message"), BAD_RECIPES)
+@pytest.mark.parametrize("command", ["launch", "validate", "plan", "recipes show"])
+def test_bad_recipe_files(
+    cli: CliRunner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    content: str | bytes,
+    message: str,
+    command: str,
+) -> None:
+    path = _recipes_folder(tmp_path, content, monkeypatch)
+    args = {
+        "launch": ["launch", "tiny", "--dry-run"],
+        "validate": ["validate", str(path)],
+        "plan": ["plan", "tiny", "--gpus", "1"],
+        "recipes show": ["recipes", "show", "tiny"],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (2, "Error: " + message.format(path=path))
+
+
+def test_a_recipe_that_is_a_device_is_bounded(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "validate", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: recipe /dev/zero is larger than 1 MiB (hint: a recipe is a small UTF-8 YAML "
+        "file; see recipes/ for examples)",
+    )
+
+
+def test_the_bundled_recipes_stay_within_the_bounds(cli: CliRunner) -> None:
+    # dsv4 uses aliases for its dims: the bound must leave honest aliases alone.
+    code, out, err = invoke(cli, "validate")
+    assert code == 0, err
+    assert "ok  dsv4" in out
+
+
+_NAME_HINT = "run 'sm120 recipes' to list them; 'sm120 validate FILE' checks a file"
+_NAME_RULE = "lowercase letters, digits and '-', at most 64 characters"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("../recipes/tiny", "../recipes/tiny"),
+        (str(REPO / "recipes" / "tiny"), str(REPO / "recipes" / "tiny")),
+        ("tiny/../tiny", "tiny/../tiny"),
+        ("a" * 10_000, "a" * 40 + "... (10000 characters)"),
+        ("a" * 65, "a" * 40 + "... (65 characters)"),
+        ("", ""),
+        ("Tiny\x00", "Tiny\x00"),
+    ],
+    ids=["dot-dot", "absolute", "inner-dot-dot", "10000-characters", "65-characters", "empty", "nul"],
+)
+@pytest.mark.parametrize("command", ["launch", "plan", "compose", "recipes show", "doctor"])
+def test_recipe_names_are_names_not_paths(
+    cli: CliRunner, name: str, shown: str, command: str
+) -> None:
+    args = {
+        "launch": ["launch", name, "--dry-run"],
+        "plan": ["plan", name, "--gpus", "1"],
+        "compose": ["compose", name],
+        "recipes show": ["recipes", "show", name],
+        "doctor": ["doctor", name, "--from", str(REPO / "tests")],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: '{shown}' is not a recipe name: {_NAME_RULE} (hint: {_NAME_HINT})",
+    )
+
+
+def test_a_missing_recipes_folder_is_an_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SM120_RECIPES_DIR", "/nonexistent")
+    message = (
+        "Error: the recipes folder /nonexistent does not exist "
+        "(hint: fix or unset SM120_RECIPES_DIR)"
+    )
+    for args in (["recipes"], ["launch", "tiny", "--dry-run"], ["validate"]):
+        code, out, err = invoke(cli, *args)
+        assert (code, out, one_line_error(err)) == (2, "", message), args
