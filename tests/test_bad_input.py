@@ -9,10 +9,12 @@ infinity, a huge value and values just outside its range.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import os
 import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ from typer.testing import CliRunner
 
 from sm120.cli.app import app
 from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
+from sm120.state import DeploymentState, save_state
 from tests.conftest import REPO, invoke
+from tests.loopback_server import LoopbackServer
 
 
 def one_line_error(stderr: str) -> str:
@@ -89,7 +93,7 @@ def test_every_numeric_option_has_a_range(
 
 
 def _is_float(callback: Callable[..., Any], flag: str) -> bool:
-    for name, param in inspect.signature(inspect.unwrap(callback)).parameters.items():
+    for param in inspect.signature(inspect.unwrap(callback)).parameters.values():
         info = param.default
         if isinstance(info, OptionInfo | ArgumentInfo) and flag in (info.param_decls or ()):
             return "float" in str(param.annotation)
@@ -338,7 +342,15 @@ _NAME_RULE = "lowercase letters, digits and '-', at most 64 characters"
         ("", ""),
         ("Tiny\x00", "Tiny\x00"),
     ],
-    ids=["dot-dot", "absolute", "inner-dot-dot", "10000-characters", "65-characters", "empty", "nul"],
+    ids=[
+        "dot-dot",
+        "absolute",
+        "inner-dot-dot",
+        "10000-characters",
+        "65-characters",
+        "empty",
+        "nul",
+    ],
 )
 @pytest.mark.parametrize("command", ["launch", "plan", "compose", "recipes show", "doctor"])
 def test_recipe_names_are_names_not_paths(
@@ -349,7 +361,7 @@ def test_recipe_names_are_names_not_paths(
         "plan": ["plan", name, "--gpus", "1"],
         "compose": ["compose", name],
         "recipes show": ["recipes", "show", name],
-        "doctor": ["doctor", name, "--from", str(REPO / "tests")],
+        "doctor": ["doctor", name, "--from", "/dev/null"],
     }[command]
     code, _, err = invoke(cli, *args)
     assert (code, one_line_error(err)) == (
@@ -369,3 +381,437 @@ def test_a_missing_recipes_folder_is_an_error(
     for args in (["recipes"], ["launch", "tiny", "--dry-run"], ["validate"]):
         code, out, err = invoke(cli, *args)
         assert (code, out, one_line_error(err)) == (2, "", message), args
+
+
+# --- .env ---------------------------------------------------------------------------------------
+
+_ENV_TYPO_HINT = "fix the name (see .env.example); a misspelled setting would be ignored"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "MAX_MODEL_LENN=4096\n",
+            f"unknown setting 'MAX_MODEL_LENN' in .env; did you mean 'MAX_MODEL_LEN'? "
+            f"(hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            "TP_SZE=2\n",
+            f"unknown setting 'TP_SZE' in .env; did you mean 'TP_SIZE'? (hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            "VARIANTS=no-think\n",
+            f"unknown setting 'VARIANTS' in .env; did you mean 'VARIANT'? (hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            b"\xff\xfe\x00binary",
+            ".env file {path} is not UTF-8 text (byte 0) (hint: check --env-file)",
+        ),
+        (
+            "PORT=7\x00\n",
+            ".env file {path} is not text (it holds NUL bytes) (hint: check --env-file)",
+        ),
+        (
+            "# " + "x" * 300_000 + "\n",
+            ".env file {path} is larger than 256 KiB (hint: check --env-file)",
+        ),
+        ("PORT=0\n", "PORT=0 is not a port from 1 to 65535 (hint: use e.g. 8000)"),
+        (
+            "PORT=" + "9" * 5000 + "\n",
+            "PORT='" + "9" * 40 + "' is not a port number (hint: use e.g. 8000)",
+        ),
+        (
+            "JUST SOME TEXT\n",
+            "{path}:1: expected KEY=VALUE, got 'JUST SOME TEXT' (hint: fix the line)",
+        ),
+    ],
+    ids=[
+        "typo-len",
+        "typo-tp",
+        "typo-variant",
+        "binary",
+        "nul",
+        "huge",
+        "port-0",
+        "port-digits",
+        "no-equals",
+    ],
+)
+@pytest.mark.parametrize("command", ["launch", "doctor"])
+def test_bad_env_files(
+    cli: CliRunner, tmp_path: Path, content: str | bytes, message: str, command: str
+) -> None:
+    path = tmp_path / "bad.env"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    args = {
+        "launch": ["launch", "tiny", "--dry-run", "--env-file", str(path)],
+        "doctor": ["doctor", "tiny", "--env-file", str(path), "--from", "/dev/null"],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (2, "Error: " + message.format(path=path))
+
+
+def test_env_names_that_are_not_typos_pass(cli: CliRunner, tmp_path: Path) -> None:
+    # compose's env_file hands the whole .env to the container: other names are allowed.
+    path = tmp_path / "ok.env"
+    path.write_text("HF_TOKEN=x\nHOSTNAME=box\nIMAGE=sm120/tiny:local\nBIND_HOST=127.0.0.1\n")
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--env-file", str(path))
+    assert (code, err) == (0, "")
+
+
+def test_a_device_as_env_file_is_bounded(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--env-file", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: .env file /dev/zero is larger than 256 KiB (hint: check --env-file)",
+    )
+
+
+def test_the_container_entrypoint_refuses_a_misspelled_setting() -> None:
+    from launch.entrypoint import container_argv
+    from sm120.errors import PlanError
+
+    with pytest.raises(PlanError) as caught:
+        container_argv({"RECIPE": "tiny", "MAX_MODEL_LENN": "512", "HOSTNAME": "c0ffee"})
+    assert caught.value.one_line() == (
+        f"unknown setting 'MAX_MODEL_LENN' in .env; did you mean 'MAX_MODEL_LEN'? "
+        f"(hint: {_ENV_TYPO_HINT})"
+    )
+
+
+# --- doctor --from ------------------------------------------------------------------------------
+
+CORPUS = REPO / "tests" / "data" / "nvidia_smi"
+_FROM_HINT = "pass the text nvidia-smi printed (a few KB), not a log or an archive"
+_NOTHING_HINT = (
+    "paste what 'nvidia-smi', 'nvidia-smi topo -m' or 'nvidia-smi --query-gpu=index,name,"
+    "compute_cap,memory.total,memory.used --format=csv' printed"
+)
+
+
+def _fifo_fed_with(tmp_path: Path, data: bytes) -> tuple[Path, threading.Thread]:
+    """A FIFO a thread writes `data` into (as `--from <(ssh box nvidia-smi)` would be)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        try:
+            with fifo.open("wb") as handle:
+                for start in range(0, len(data), 1 << 16):
+                    handle.write(data[start : start + (1 << 16)])
+        except BrokenPipeError:
+            pass  # the reader stopped at its bound
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return fifo, writer
+
+
+def test_from_a_device_is_bounded_by_bytes_read(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "doctor", "--from", "/dev/zero")
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --from: /dev/zero is larger than 5 MiB (hint: {_FROM_HINT})",
+    )
+
+
+def test_from_an_endless_fifo_is_bounded(cli: CliRunner, tmp_path: Path) -> None:
+    fifo, writer = _fifo_fed_with(tmp_path, b"x" * (6 << 20))
+    code, _, err = invoke(cli, "doctor", "--from", str(fifo))
+    writer.join(timeout=10)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: --from: {fifo} is larger than 5 MiB (hint: {_FROM_HINT})",
+    )
+
+
+def test_from_a_fifo_of_real_output_works(cli: CliRunner, tmp_path: Path) -> None:
+    capture = (CORPUS / "rtx_5090_2x_610_kmd_table.txt").read_bytes()
+    fifo, writer = _fifo_fed_with(tmp_path, capture)
+    code, out, err = invoke(cli, "doctor", "--from", str(fifo), "--json")
+    writer.join(timeout=10)
+    assert code in (0, 1), err
+    assert "table" in json.loads(out)["kinds"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"+-----+-----+\n| a   | b   |\n+-----+-----+\n",
+        b"+----------------+\n| Results        |\n+================+\n"
+        b"| 3 tests passed |\n+----------------+\n",
+        b"",
+        bytes(range(256)) * 64,
+    ],
+    ids=["ascii-box", "result-box", "empty", "binary"],
+)
+def test_from_input_without_gpu_output_is_refused(
+    cli: CliRunner, tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "capture.txt"
+    path.write_bytes(content)
+    code, out, err = invoke(cli, "doctor", "tiny", "--from", str(path))
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: no nvidia-smi output recognised in {path} (hint: {_NOTHING_HINT})",
+    )
+
+
+# --- chat against a server that answers badly ---------------------------------------------------
+
+
+class _BadServer(BaseHTTPRequestHandler):
+    """Answers every POST with the bytes `answer` yields, under `content_type`."""
+
+    content_type = "text/event-stream"
+    answer: Callable[[], Iterator[bytes]] = staticmethod(lambda: iter(()))
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", self.content_type)
+        self.end_headers()
+        try:
+            for part in type(self).answer():
+                self.wfile.write(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up at its bound
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def _chunk(delta: dict[str, Any]) -> bytes:
+    body = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _endless_line(size: int) -> Iterator[bytes]:
+    yield b"data: "
+    block = b"x" * (1 << 20)
+    for _ in range(size // len(block)):
+        yield block
+
+
+def _huge_json(size: int) -> Iterator[bytes]:
+    yield b'{"choices": [{"message": {"content": "'
+    block = b"x" * (1 << 20)
+    for _ in range(size // len(block)):
+        yield block
+    yield b'"}}]}'
+
+
+_NOT_OURS = "this is not what vLLM or SGLang send; check what listens on that port"
+_OPENAI = "check that an OpenAI-compatible server (vLLM, SGLang) listens on that port"
+BAD_STREAMS = [
+    pytest.param(
+        "text/plain",
+        lambda: iter([b"hello from some other web server\n", b"<html></html>\n"]),
+        [],
+        "Error: /v1/chat/completions answered with text that is not an event stream: "
+        f"hello from some other web server (hint: {_OPENAI})",
+        id="plain-text",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": "half an ans"})]),
+        [],
+        "Error: the /v1/chat/completions stream ended before [DONE] "
+        "(hint: the server may have crashed mid-answer; check its log)",
+        id="no-done",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": 42}), b"data: [DONE]\n\n"]),
+        [],
+        f"Error: the stream sent a delta whose 'content' is int, not text (hint: {_OPENAI})",
+        id="int-content",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": ["a", "b"]}), b"data: [DONE]\n\n"]),
+        [],
+        f"Error: the stream sent a delta whose 'content' is list, not text (hint: {_OPENAI})",
+        id="list-content",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([b'data: {"choices": "abc"}\n\n', b"data: [DONE]\n\n"]),
+        [],
+        "Error: the stream sent 'choices' that are not a list of objects",
+        id="string-choices",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: _endless_line(10 << 20),
+        [],
+        f"Error: /v1/chat/completions streamed a line longer than 8 MiB (hint: {_NOT_OURS})",
+        id="endless-line",
+    ),
+    pytest.param(
+        "application/json",
+        lambda: _huge_json(40 << 20),
+        ["--no-stream"],
+        f"Error: /v1/chat/completions answered with more than 32 MiB (hint: {_NOT_OURS})",
+        id="huge-body",
+    ),
+]
+
+
+@pytest.fixture
+def bad_server(isolated_home: Path) -> Iterator[type[_BadServer]]:
+    handler = type("Handler", (_BadServer,), {})
+    with LoopbackServer(handler) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        _deployment_at(isolated_home, port)
+        yield handler
+
+
+def _deployment_at(home: Path, port: int) -> None:
+    folder = home / "deployments" / "tiny"
+    (folder / "logs").mkdir(parents=True)
+    save_state(
+        DeploymentState(
+            name="tiny",
+            recipe="tiny",
+            runtime="native",
+            supervisor_pid=os.getpid(),
+            engine_pid=None,
+            host="127.0.0.1",
+            port=port,
+            plan_hash="abc",
+            started_at=0.0,
+            log_path=str(folder / "logs" / "serve.log"),
+            exit_file=str(folder / "exit.json"),
+            served_model_name="tiny",
+            model_dir=None,
+            api_key_file=None,
+        )
+    )
+
+
+@pytest.mark.parametrize(("content_type", "answer", "extra", "message"), BAD_STREAMS)
+def test_chat_refuses_a_bad_answer(
+    cli: CliRunner,
+    bad_server: type[_BadServer],
+    content_type: str,
+    answer: Callable[[], Iterator[bytes]],
+    extra: list[str],
+    message: str,
+) -> None:
+    bad_server.content_type = content_type
+    bad_server.answer = staticmethod(answer)
+    code, _, err = invoke(cli, "chat", "hello", *extra)
+    assert (code, one_line_error(err)) == (2, message)
+
+
+def test_chat_takes_a_well_formed_stream(cli: CliRunner, bad_server: type[_BadServer]) -> None:
+    # The same server, answering properly: the checks above refuse only what is broken.
+    bad_server.answer = staticmethod(
+        lambda: iter([b": keep-alive\n\n", _chunk({"content": "hi"}), b"data: [DONE]\n\n"])
+    )
+    code, out, err = invoke(cli, "chat", "hello")
+    assert (code, out.strip()) == (0, "hi")
+    assert err.startswith("[TTFT "), err
+
+
+def test_chat_refuses_a_binary_piped_prompt(cli: CliRunner) -> None:
+    result = cli.invoke(app, ["chat"], input=b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    assert (result.exit_code, one_line_error(result.stderr)) == (
+        2,
+        "Error: the piped prompt is not UTF-8 text (byte 0) "
+        "(hint: pipe UTF-8 text, e.g. cat notes.txt | sm120 chat)",
+    )
+
+
+# --- logs, monitor --plot, compose -o ----------------------------------------------------------
+
+
+def test_logs_cut_a_runaway_line(cli: CliRunner, isolated_home: Path) -> None:
+    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES
+
+    _deployment_at(isolated_home, 1)
+    log = isolated_home / "deployments" / "tiny" / "logs" / "serve.log"
+    log.write_bytes(b"first\n" + b"y" * (3 * MAX_LINE_BYTES) + b"\nlast\n")
+    code, out, err = invoke(cli, "logs", "-n", "3")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines == ["first", "y" * MAX_LINE_BYTES + CUT_MARK, "last"]
+
+
+def test_logs_parse_cuts_a_runaway_line(cli: CliRunner, tmp_path: Path) -> None:
+    from sm120.monitor.logparse import MAX_LINE_CHARS
+
+    log = tmp_path / "serve.log"
+    stats = (
+        "INFO 11-21 00:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+        "Avg generation throughput: 20.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%\n"
+    )
+    log.write_text("z" * (3 * MAX_LINE_CHARS) + "\n" + stats)
+    code, out, err = invoke(cli, "logs", "parse", str(log), "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    # The runaway line is read as one (cut) line and the stats after it are still found.
+    assert [event["kind"] for event in events] == ["stats"]
+    assert err.strip().startswith("2 lines, 1 events")
+
+
+def test_follower_cuts_a_runaway_line(tmp_path: Path) -> None:
+    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
+
+    log = tmp_path / "serve.log"
+    log.write_bytes(b"")
+    follower = LogFollower(log)
+    with log.open("ab") as handle:
+        handle.write(b"a" * (MAX_LINE_BYTES // 2))
+        handle.flush()
+        assert follower.read_lines() == []
+        handle.write(b"a" * (2 * MAX_LINE_BYTES))
+        handle.flush()
+        assert follower.read_lines() == ["a" * MAX_LINE_BYTES + CUT_MARK]
+        handle.write(b"a" * MAX_LINE_BYTES + b" end of it\nnext\n")
+        handle.flush()
+        assert follower.read_lines() == ["next"]
+    follower.close()
+
+
+def test_monitor_plot_of_a_binary_history_is_one_line(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    _deployment_at(isolated_home, 1)
+    from sm120.monitor.files import MonitorFiles
+
+    history = MonitorFiles(isolated_home / "deployments" / "tiny").history
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_bytes(bytes(range(256)) * 512 + b'{"t": "x", "decode_tps": [1]}\n')
+    code, _, err = invoke(cli, "monitor", "--plot", str(tmp_path / "plot.png"))
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: no throughput history yet for tiny (hint: the monitor records a sample every "
+        "poll once the server is up; try again later)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("/nonexistent/compose.yaml", "No such file or directory"),
+        ("/", "Is a directory"),
+        ("/dev/full", "No space left on device"),
+    ],
+)
+def test_compose_to_a_bad_path(cli: CliRunner, target: str, reason: str) -> None:
+    code, out, err = invoke(cli, "compose", "tiny", "-o", target)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: cannot write {target}: {reason} (hint: pass -o a file in a folder that exists "
+        "and is writable, or leave -o out)",
+    )
