@@ -7,6 +7,7 @@ and refuses the rest with one line.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -59,6 +60,15 @@ def decode_text(data: bytes, label: str, hint: str) -> str:
 
 def read_text_capped(path: Path, limit: int, what: str, hint: str) -> str:
     return decode_text(read_capped(path, limit, what, hint), f"{what} {path}", hint)
+
+
+def read_json_capped(path: Path, limit: int, what: str, hint: str) -> object:
+    """Parsed JSON of a bounded file; a file that is not JSON is one line, like any other."""
+    text = read_text_capped(path, limit, what, hint)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SM120Error(f"{what} {path} is not readable JSON: {exc}", hint) from None
 
 
 def capped_lines(handle: BinaryIO, max_line: int) -> Iterator[bytes]:

@@ -237,7 +237,7 @@ _SHAPE_HINT = "recipes are a few levels deep; check the brackets and indentation
 BAD_RECIPES = [
     pytest.param(
         _alias_bomb(),
-        "{path}: the recipe expands to more than 100,000 values (hint: YAML aliases (*name) "
+        "{path}: the file expands to more than 100,000 values (hint: YAML aliases (*name) "
         "repeat what they point at; write the values out instead)",
         id="alias-bomb",
     ),
@@ -814,4 +814,41 @@ def test_compose_to_a_bad_path(cli: CliRunner, target: str, reason: str) -> None
         "",
         f"Error: cannot write {target}: {reason} (hint: pass -o a file in a folder that exists "
         "and is writable, or leave -o out)",
+    )
+
+
+# --- other files a user hands over: gate cases, a checkpoint's config.json ---------------------
+
+
+def test_cases_file_that_is_a_device(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "test", "core", "--cases", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: --cases /dev/zero is larger than 4 MiB (hint: check --cases)",
+    )
+
+
+def test_cases_file_alias_bomb(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "cases.yaml"
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 10) + "]" for n in range(1, 10)]
+    path.write_text("\n".join(lines) + "\nsuites: {}\n")
+    code, _, err = invoke(cli, "test", "core", "--cases", str(path))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {path}: the file expands to more than 100,000 values (hint: YAML aliases "
+        "(*name) repeat what they point at; write the values out instead)",
+    )
+
+
+def test_a_huge_checkpoint_config(cli: CliRunner, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    with (model / "config.json").open("wb") as handle:
+        handle.truncate(17 << 20)  # sparse: costs no disk
+    code, _, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--model-dir", str(model))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: checkpoint config {model / 'config.json'} is larger than 16 MiB "
+        "(hint: re-download the checkpoint)",
     )

@@ -427,7 +427,7 @@ def test_cases_file_errors(tmp_path: Path, cli: CliRunner, server: ScriptedServe
     )
     code, _, err = invoke(cli, "test", "mine", "--cases", str(tmp_path / "nope.yaml"))
     assert err.strip() == (
-        f"Error: cannot read {tmp_path / 'nope.yaml'} (No such file or directory) "
+        f"Error: cannot read --cases {tmp_path / 'nope.yaml'}: No such file or directory "
         "(hint: check --cases)"
     )
 

@@ -105,7 +105,7 @@ def _check_size(data: Any, origin: str) -> None:
         budget -= 1
         if budget < 0:
             raise RecipeError(
-                f"{origin}: the recipe expands to more than {MAX_VALUES:,} values",
+                f"{origin}: the file expands to more than {MAX_VALUES:,} values",
                 "YAML aliases (*name) repeat what they point at; write the values out instead",
             )
         if isinstance(item, dict):
