@@ -852,3 +852,37 @@ def test_a_huge_checkpoint_config(cli: CliRunner, tmp_path: Path) -> None:
         f"Error: checkpoint config {model / 'config.json'} is larger than 16 MiB "
         "(hint: re-download the checkpoint)",
     )
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            lambda: iter([b"<html>not a stream</html>\n"]),
+            "/v1/chat/completions answered with text that is not an event stream: "
+            "<html>not a stream</html>",
+        ),
+        (
+            lambda: iter([_chunk({"content": "cut"})]),
+            "the /v1/chat/completions stream ended before [DONE]",
+        ),
+        (
+            lambda: _endless_line(10 << 20),
+            "/v1/chat/completions streamed a line longer than 8 MiB",
+        ),
+        (
+            lambda: iter([b'data: {"choices": [{"delta": "text"}]}\n\n', b"data: [DONE]\n\n"]),
+            'the stream sent a chunk of an unexpected shape: {"choices": [{"delta": "text"}]}',
+        ),
+    ],
+    ids=["not-a-stream", "no-done", "endless-line", "string-delta"],
+)
+def test_gates_and_benchmarks_record_a_bad_stream_as_a_failed_exchange(
+    answer: Callable[[], Iterator[bytes]], error: str
+) -> None:
+    from sm120.measure.wire import Wire
+
+    handler = type("Handler", (_BadServer,), {"answer": staticmethod(answer)})
+    with LoopbackServer(handler) as server, Wire(server.url, None, timeout=30) as wire:
+        exchange = wire.chat([{"role": "user", "content": "hi"}], "tiny")
+    assert exchange.error == error

@@ -290,7 +290,13 @@ class Wire:
             if problem:
                 exchange.error = f"error mid-stream: {self._mask(problem)}"
                 return
-            feed(chunk, time.perf_counter())
+            try:
+                feed(chunk, time.perf_counter())
+            except (AttributeError, TypeError, ValueError):
+                # A field of the wrong type (a delta that is a string, an index that is a
+                # list): the chunk is not the OpenAI or Anthropic shape.
+                exchange.error = f"the stream sent a chunk of an unexpected shape: {payload[:80]}"
+                return
 
     # --- plumbing -------------------------------------------------------------------------
 
