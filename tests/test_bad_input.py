@@ -886,3 +886,33 @@ def test_gates_and_benchmarks_record_a_bad_stream_as_a_failed_exchange(
     with LoopbackServer(handler) as server, Wire(server.url, None, timeout=30) as wire:
         exchange = wire.chat([{"role": "user", "content": "hi"}], "tiny")
     assert exchange.error == error
+
+
+# --- --set values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "failure"),
+    [
+        (
+            "max-model-len=" + "1" + "0" * 30,
+            "max-model-len must be at most 2147483647, got 100000000000... (31 digits)",
+        ),
+        ("max-num-seqs=2147483648", "max-num-seqs must be at most 2147483647, got 2147483648"),
+        ("max-num-seqs=-5", "max-num-seqs must be at least 1, got -5"),
+    ],
+    ids=["10e30", "int32-plus-1", "negative"],
+)
+def test_set_counts_out_of_range_fail_a_rule(cli: CliRunner, assignment: str, failure: str) -> None:
+    code, out, _ = invoke(cli, "launch", "tiny", "--dry-run", "--set", assignment)
+    assert code == 1
+    assert f"FAIL   S04 {failure}" in out
+
+
+def test_set_value_of_the_wrong_type(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", "max-model-len=nan")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: max-model-len expects a int value, got 'nan' "
+        "(hint: check the value's type (e.g. numbers without quotes))",
+    )
