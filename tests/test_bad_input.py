@@ -916,3 +916,20 @@ def test_set_value_of_the_wrong_type(cli: CliRunner) -> None:
         "Error: max-model-len expects a int value, got 'nan' "
         "(hint: check the value's type (e.g. numbers without quotes))",
     )
+
+
+# --- deployment names ---------------------------------------------------------------------------
+
+_DEPLOYMENT_HINT = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "a b", "-rf", "x\x00y"])
+@pytest.mark.parametrize("command", ["logs", "stop", "status", "chat"])
+def test_deployment_names_are_names_not_paths(cli: CliRunner, name: str, command: str) -> None:
+    args = ["chat", "hi"] if command == "chat" else [command]
+    code, out, err = invoke(cli, *args, "--name", name)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: invalid deployment name {name!r} (hint: {_DEPLOYMENT_HINT})",
+    )
