@@ -233,11 +233,11 @@ def _recipe_line(line: str) -> str:
 
 # The line _recipe_line writes: the one after "args:".
 _INJECTED_LINE = TINY.split("\n").index("args:") + 2
-_SHAPE_HINT = "recipes are a few levels deep; check the brackets and indentation"
+_SHAPE_HINT = "settings nest a few levels deep; check the brackets and indentation"
 BAD_RECIPES = [
     pytest.param(
         _alias_bomb(),
-        "{path}: the file expands to more than 100,000 values (hint: YAML aliases (*name) "
+        "{path}: the YAML expands to more than 100,000 values (hint: YAML aliases (*name) "
         "repeat what they point at; write the values out instead)",
         id="alias-bomb",
     ),
@@ -254,7 +254,7 @@ BAD_RECIPES = [
     pytest.param(
         _recipe_line("max-num-batched-tokens: " + "9" * 5000),
         "{path}: a value YAML cannot read (Exceeds the limit (4300 digits) for integer string "
-        "conversion) (hint: check the numbers in the recipe)",
+        "conversion) (hint: check the numbers)",
         id="5000-digits",
     ),
     pytest.param(
@@ -836,7 +836,7 @@ def test_cases_file_alias_bomb(cli: CliRunner, tmp_path: Path) -> None:
     code, _, err = invoke(cli, "test", "core", "--cases", str(path))
     assert (code, one_line_error(err)) == (
         2,
-        f"Error: {path}: the file expands to more than 100,000 values (hint: YAML aliases "
+        f"Error: {path}: the YAML expands to more than 100,000 values (hint: YAML aliases "
         "(*name) repeat what they point at; write the values out instead)",
     )
 
@@ -933,3 +933,35 @@ def test_deployment_names_are_names_not_paths(cli: CliRunner, name: str, command
         "",
         f"Error: invalid deployment name {name!r} (hint: {_DEPLOYMENT_HINT})",
     )
+
+
+def _set_bomb() -> str:
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 10) + "]" for n in range(1, 9)]
+    return "hf-overrides={" + ", ".join(levels) + "}"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        (
+            _set_bomb(),
+            "Error: --set hf-overrides: the YAML expands to more than 100,000 values (hint: YAML "
+            "aliases (*name) repeat what they point at; write the values out instead)",
+        ),
+        (
+            "hf-overrides=" + "[" * 5000 + "]" * 5000,
+            "Error: --set hf-overrides: line 1: nested deeper than 32 levels "
+            f"(hint: {_SHAPE_HINT})",
+        ),
+        (
+            "max-num-seqs=" + "9" * 5000,
+            "Error: --set max-num-seqs: a value YAML cannot read (Exceeds the limit (4300 digits) "
+            "for integer string conversion) (hint: check the numbers)",
+        ),
+    ],
+    ids=["alias-bomb", "nested-5000", "5000-digits"],
+)
+def test_set_values_are_bounded_like_recipes(cli: CliRunner, assignment: str, message: str) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", assignment)
+    assert (code, one_line_error(err)) == (2, message)

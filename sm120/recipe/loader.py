@@ -32,6 +32,11 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _READ_HINT = "a recipe is a small UTF-8 YAML file; see recipes/ for examples"
 
 
+class YamlTooLarge(RecipeError):
+    """YAML past a bound: nested too deep, too many values once aliases expand, or a number
+    too long to read."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys and nesting deeper than MAX_DEPTH (PyYAML
     composes recursively: a deep enough file would end in RecursionError)."""
@@ -43,9 +48,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
-                raise RecipeError(
+                raise YamlTooLarge(
                     f"line {line}: nested deeper than {MAX_DEPTH} levels",
-                    "recipes are a few levels deep; check the brackets and indentation",
+                    "settings nest a few levels deep; check the brackets and indentation",
                 )
             return super().compose_node(parent, index)
         finally:
@@ -77,12 +82,12 @@ def parse_yaml(text: str, origin: str) -> Any:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecipeError as exc:
-        raise RecipeError(f"{origin}: {exc.message}", exc.hint) from None
+        raise type(exc)(f"{origin}: {exc.message}", exc.hint) from None
     except ValueError as exc:
         # int() refuses numbers of more than 4300 digits, and says so at length.
         problem = str(exc).split(";")[0].split(":")[0]
-        raise RecipeError(
-            f"{origin}: a value YAML cannot read ({problem})", "check the numbers in the recipe"
+        raise YamlTooLarge(
+            f"{origin}: a value YAML cannot read ({problem})", "check the numbers"
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -104,8 +109,8 @@ def _check_size(data: Any, origin: str) -> None:
         item = stack.pop()
         budget -= 1
         if budget < 0:
-            raise RecipeError(
-                f"{origin}: the file expands to more than {MAX_VALUES:,} values",
+            raise YamlTooLarge(
+                f"{origin}: the YAML expands to more than {MAX_VALUES:,} values",
                 "YAML aliases (*name) repeat what they point at; write the values out instead",
             )
         if isinstance(item, dict):
