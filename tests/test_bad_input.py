@@ -965,3 +965,37 @@ def _set_bomb() -> str:
 def test_set_values_are_bounded_like_recipes(cli: CliRunner, assignment: str, message: str) -> None:
     code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", assignment)
     assert (code, one_line_error(err)) == (2, message)
+
+
+# --- the bounded readers themselves -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b"abc\n0123456789\nx\n", [b"abc", b"01234", b"x"]),
+        (b"0123456789", [b"01234"]),
+        (b"\n\nab", [b"", b"", b"ab"]),
+        (b"a" * 200_000 + b"\nnext\n", [b"aaaaa", b"next"]),
+        (b"abcde\nfghij", [b"abcde", b"fghij"]),
+    ],
+    ids=["mixed", "one-long-no-newline", "blank-lines", "long-across-blocks", "exact-length"],
+)
+def test_capped_lines(data: bytes, lines: list[bytes]) -> None:
+    import io
+
+    from sm120.bounded import capped_lines
+
+    assert list(capped_lines(io.BytesIO(data), 5)) == lines
+
+
+def test_read_capped_counts_bytes_read_not_the_reported_size(tmp_path: Path) -> None:
+    from sm120.bounded import InputTooLarge, read_capped
+
+    assert read_capped(Path("/dev/null"), 10, "input", "hint") == b""
+    with pytest.raises(InputTooLarge) as caught:
+        read_capped(Path("/dev/zero"), 10, "input", "use a file")
+    assert caught.value.one_line() == "input /dev/zero is larger than 10 bytes (hint: use a file)"
+    exact = tmp_path / "ten"
+    exact.write_bytes(b"0123456789")
+    assert read_capped(exact, 10, "input", "hint") == b"0123456789"
