@@ -68,7 +68,7 @@ def read_json_capped(path: Path, limit: int, what: str, hint: str) -> object:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise SM120Error(f"{what} {path} is not readable JSON: {exc}", hint) from None
+        raise SM120Error(f"{path} is not readable JSON: {exc}", hint) from None
 
 
 def capped_lines(handle: BinaryIO, max_line: int) -> Iterator[bytes]:
