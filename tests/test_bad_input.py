@@ -370,6 +370,18 @@ def test_recipe_names_are_names_not_paths(
     )
 
 
+def test_a_recipes_folder_that_is_a_file_is_an_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SM120_RECIPES_DIR", str(REPO / "recipes" / "tiny.yaml"))
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: the recipes folder {REPO / 'recipes' / 'tiny.yaml'} is not a folder "
+        "(hint: fix or unset SM120_RECIPES_DIR)",
+    )
+
+
 def test_a_missing_recipes_folder_is_an_error(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -141,14 +141,18 @@ def recipes_dir() -> Path:
     return package / "_bundled" / "recipes"
 
 
-def recipe_names() -> list[str]:
+def existing_recipes_dir() -> Path:
+    """recipes_dir(), which must be a folder: a mistyped SM120_RECIPES_DIR would otherwise
+    list no recipes and call every name unknown."""
     folder = recipes_dir()
     if not folder.is_dir():
-        raise RecipeError(
-            f"the recipes folder {folder} does not exist",
-            "fix or unset SM120_RECIPES_DIR",
-        )
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise RecipeError(f"the recipes folder {folder} {what}", "fix or unset SM120_RECIPES_DIR")
+    return folder
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in existing_recipes_dir().glob("*.yaml"))
 
 
 def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
@@ -241,12 +245,7 @@ def recipe_path(name: str) -> Path:
             "at most 64 characters",
             "run 'sm120 recipes' to list them; 'sm120 validate FILE' checks a file",
         )
-    folder = recipes_dir()
-    if not folder.is_dir():
-        raise RecipeError(
-            f"the recipes folder {folder} does not exist",
-            "fix or unset SM120_RECIPES_DIR",
-        )
+    folder = existing_recipes_dir()
     path = folder / f"{name}.yaml"
     if not path.is_file():
         known = recipe_names()
