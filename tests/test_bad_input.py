@@ -1011,3 +1011,16 @@ def test_read_capped_counts_bytes_read_not_the_reported_size(tmp_path: Path) -> 
     exact = tmp_path / "ten"
     exact.write_bytes(b"0123456789")
     assert read_capped(exact, 10, "input", "hint") == b"0123456789"
+
+
+def test_the_benchmark_load_records_an_endless_event_as_a_failed_request() -> None:
+    from sm120.measure.load import run_load
+
+    handler = type(
+        "Handler", (_BadServer,), {"answer": staticmethod(lambda: _endless_line(10 << 20))}
+    )
+    with LoopbackServer(handler) as server:
+        result = run_load(server.url, None, "tiny", ["hello"], max_tokens=4, timeout=30)
+    assert [timing.error for timing in result.requests] == [
+        "the stream sent an event longer than 8 MiB"
+    ]
