@@ -88,7 +88,8 @@ def check_setting_names(source: Mapping[str, str]) -> None:
     for key in source:
         if key in KNOBS or key in COMPOSE_KEYS:
             continue
-        hits = difflib.get_close_matches(key, known, n=1, cutoff=_TYPO_CUTOFF)
+        # compose reads names case-sensitively: `port=8001` is as lost as `PROT=8001`.
+        hits = difflib.get_close_matches(key.upper(), known, n=1, cutoff=_TYPO_CUTOFF)
         if hits:
             raise PlanError(
                 f"unknown setting '{key}' in .env; did you mean '{hits[0]}'?",

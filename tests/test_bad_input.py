@@ -417,6 +417,11 @@ _ENV_TYPO_HINT = "fix the name (see .env.example); a misspelled setting would be
             f"unknown setting 'VARIANTS' in .env; did you mean 'VARIANT'? (hint: {_ENV_TYPO_HINT})",
         ),
         (
+            "max_model_len=4096\n",
+            f"unknown setting 'max_model_len' in .env; did you mean 'MAX_MODEL_LEN'? "
+            f"(hint: {_ENV_TYPO_HINT})",
+        ),
+        (
             b"\xff\xfe\x00binary",
             ".env file {path} is not UTF-8 text (byte 0) (hint: check --env-file)",
         ),
@@ -442,6 +447,7 @@ _ENV_TYPO_HINT = "fix the name (see .env.example); a misspelled setting would be
         "typo-len",
         "typo-tp",
         "typo-variant",
+        "lowercase",
         "binary",
         "nul",
         "huge",
@@ -470,7 +476,10 @@ def test_bad_env_files(
 def test_env_names_that_are_not_typos_pass(cli: CliRunner, tmp_path: Path) -> None:
     # compose's env_file hands the whole .env to the container: other names are allowed.
     path = tmp_path / "ok.env"
-    path.write_text("HF_TOKEN=x\nHOSTNAME=box\nIMAGE=sm120/tiny:local\nBIND_HOST=127.0.0.1\n")
+    path.write_text(
+        "HF_TOKEN=x\nHOSTNAME=box\nIMAGE=sm120/tiny:local\nBIND_HOST=127.0.0.1\n"
+        "http_proxy=http://proxy:3128\nCUDA_VISIBLE_DEVICES=0\nNCCL_P2P_DISABLE=1\n"
+    )
     code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--env-file", str(path))
     assert (code, err) == (0, "")
 

@@ -123,8 +123,6 @@ def _check_size(data: Any, origin: str) -> None:
 def read_recipe_text(path: Path) -> str:
     try:
         return read_text_capped(path, MAX_RECIPE_BYTES, "recipe", _READ_HINT)
-    except RecipeError:
-        raise
     except SM120Error as exc:
         raise RecipeError(exc.message, exc.hint) from None
 
