@@ -42,7 +42,8 @@ class Bound:
 _PORT = Bound(1, 65535, "use a port from 1 to 65535, e.g. 8000")
 _MAX_TOKENS = Bound(1, MAX_TOKENS, "or leave it out")
 
-# "COMMAND --flag" wins over "--flag" where one flag means different things.
+# "COMMAND --flag" wins over "--flag" where one flag means different things (COMMAND is the
+# name of the command's function, which cli_errors sees).
 BOUNDS: dict[str, Bound] = {
     "--port": _PORT,
     "--gpus": Bound(1, MAX_GPUS, "e.g. --gpus 4"),
