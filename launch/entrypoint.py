@@ -19,7 +19,6 @@ from pathlib import Path
 from sm120.checks import checked_plan
 from sm120.errors import SM120Error
 from sm120.hardware import detect
-from sm120.knobs import KNOBS
 from sm120.plan import PlanRequest
 from sm120.render.argv import render_argv
 from sm120.render.compose import CONTAINER_MODEL_DIR
@@ -32,7 +31,9 @@ def container_argv(
     recipe = environ.get("RECIPE")
     if not recipe:
         raise SM120Error("RECIPE is not set", "set RECIPE=<name> in .env (see .env.example)")
-    dotenv = {key: value for key, value in environ.items() if key in KNOBS}
+    # compose hands the .env over as the environment: all of it is the .env layer, so a
+    # misspelled setting is refused here as it is by `sm120 launch`.
+    dotenv = dict(environ)
     # The host path in MODEL_DIR is mounted at /model by compose.yaml.
     model_dir = CONTAINER_MODEL_DIR if Path(CONTAINER_MODEL_DIR).is_dir() else None
     dotenv.pop("MODEL_DIR", None)

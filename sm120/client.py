@@ -16,12 +16,19 @@ from typing import Any
 
 import httpx
 
+from sm120.bounded import MIB, size_words
 from sm120.errors import SM120Error
 
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 SMOKE_PROMPT = "Reply with exactly: READY"
+# An answer is read up to these bounds and refused past them: a broken or hostile server
+# must not grow the client without limit (a whole non-streamed answer; one stream line).
+MAX_BODY_BYTES = 32 * MIB
+MAX_EVENT_BYTES = 8 * MIB
+# What a line of an event stream may start with (https://html.spec.whatwg.org/#event-stream).
+_SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
 
 OnDelta = Callable[[str, str], None]
 """Called as on_delta(kind, text) with kind "reasoning" or "content"."""
@@ -93,13 +100,15 @@ class ServerClient:
     def health(self) -> int | None:
         """HTTP status of /health; None when nothing answers (refused, reset, timed out)."""
         try:
-            return self._http.get(HEALTH_PATH).status_code
+            # The body is never read: only the status says anything.
+            with self._http.stream("GET", HEALTH_PATH) as response:
+                return response.status_code
         except httpx.TransportError:
             return None
 
     def models(self) -> list[str]:
         with translate_transport_errors(self.base_url, MODELS_PATH, _WORDING):
-            response = self._http.get(MODELS_PATH)
+            response = bounded_request(self._http, "GET", MODELS_PATH)
         self._raise_for_status(response, MODELS_PATH)
         entries = json_object(response, MODELS_PATH).get("data")
         if not isinstance(entries, list):
@@ -122,7 +131,7 @@ class ServerClient:
         if stream:
             return self._chat_streaming(body, started, on_delta)
         with translate_transport_errors(self.base_url, CHAT_PATH, _WORDING):
-            response = self._http.post(CHAT_PATH, json=body)
+            response = bounded_request(self._http, "POST", CHAT_PATH, json=body)
         self._raise_for_status(response, CHAT_PATH)
         return _parse_completion(json_object(response, CHAT_PATH), time.perf_counter() - started)
 
@@ -135,11 +144,9 @@ class ServerClient:
             self._http.stream("POST", CHAT_PATH, json=body) as response,
         ):
             if response.status_code >= 400:
-                response.read()
-                self._raise_for_status(response, CHAT_PATH)
-            for line in response.iter_lines():
-                if stream.feed(line, self._mask):
-                    break
+                self._raise_for_status(bounded_body(response, CHAT_PATH), CHAT_PATH)
+            for payload in event_payloads(response, CHAT_PATH, self._mask, until_done=True):
+                stream.feed(payload, self._mask)
         return stream.result(time.perf_counter())
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
@@ -147,6 +154,80 @@ class ServerClient:
 
     def _mask(self, text: str) -> str:
         return mask_secret(text, self._api_key)
+
+
+def bounded_request(http: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """A whole answer, read up to MAX_BODY_BYTES (httpx would read any length into memory)."""
+    with http.stream(method, path, **kwargs) as streamed:
+        return bounded_body(streamed, path)
+
+
+def bounded_body(response: httpx.Response, path: str) -> httpx.Response:
+    """`response` (still streaming) with its body read, refused past MAX_BODY_BYTES."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BadServerResponse(
+                f"{path} answered with more than {size_words(MAX_BODY_BYTES)}",
+                "this is not what vLLM or SGLang send; check what listens on that port",
+            )
+        parts.append(chunk)
+    # The body is already decoded: drop the headers that describe the wire form.
+    headers = [
+        (key, value)
+        for key, value in response.headers.items()
+        if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code, headers=headers, content=b"".join(parts), request=response.request
+    )
+
+
+def event_lines(response: httpx.Response, path: str) -> Iterator[str]:
+    """The lines of an event stream, each bounded by MAX_EVENT_BYTES."""
+    partial = b""
+    for chunk in response.iter_bytes():
+        *complete, partial = (partial + chunk).split(b"\n")
+        for line in complete:
+            yield line.rstrip(b"\r").decode("utf-8", errors="replace")
+        if len(partial) > MAX_EVENT_BYTES:
+            raise BadServerResponse(
+                f"{path} streamed a line longer than {size_words(MAX_EVENT_BYTES)}",
+                "this is not what vLLM or SGLang send; check what listens on that port",
+            )
+    if partial:
+        yield partial.rstrip(b"\r").decode("utf-8", errors="replace")
+
+
+def event_payloads(
+    response: httpx.Response, path: str, mask: Callable[[str], str], *, until_done: bool
+) -> Iterator[str]:
+    """The `data:` payloads of a server-sent event stream, up to `[DONE]`.
+
+    Anything else than event-stream lines is refused, so a page of text answered with 200 is
+    an error rather than an empty answer; with `until_done`, so is a stream that ends
+    without `[DONE]` (the OpenAI API always sends it; the Anthropic one never does)."""
+    for line in event_lines(response, path):
+        if not line.strip():
+            continue
+        if not line.startswith(_SSE_FIELDS):
+            raise BadServerResponse(
+                f"{path} answered with text that is not an event stream: {mask(line[:80])}",
+                "check that an OpenAI-compatible server (vLLM, SGLang) listens on that port",
+            )
+        if not line.startswith("data:"):
+            continue  # event names, ids, ": keep-alive" comments
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            return
+        yield payload
+    if until_done:
+        raise BadServerResponse(
+            f"the {path} stream ended before [DONE]",
+            "the server may have crashed mid-answer; check its log",
+        )
 
 
 def mask_secret(text: str, secret: str | None) -> str:
@@ -280,18 +361,15 @@ class _StreamState:
     first_text_at: float | None = None
     last_text_at: float | None = None
 
-    def feed(self, line: str, mask: Callable[[str], str]) -> bool:
-        """Handle one SSE line; True once the stream says [DONE]."""
-        if not line.startswith("data:"):
-            return False  # blank separators, ": keep-alive" comments, event names
-        payload = line[len("data:") :].strip()
-        if payload == "[DONE]":
-            return True
+    def feed(self, payload: str, mask: Callable[[str], str]) -> None:
+        """Handle the JSON payload of one `data:` line."""
         chunk = _decode_chunk(payload, mask)
         self._take_usage(chunk)
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise BadServerResponse("the stream sent 'choices' that are not a list of objects")
+        for choice in choices:
             self._take_choice(choice)
-        return False
 
     def result(self, ended: float) -> ChatResult:
         ttft = None if self.first_text_at is None else self.first_text_at - self.started
@@ -314,8 +392,12 @@ class _StreamState:
         if choice.get("index", 0) != 0:
             return
         delta = choice.get("delta") or {}
-        self._take_text("reasoning", _reasoning_of(delta), self.reasoning)
-        self._take_text("content", delta.get("content") or "", self.content)
+        if not isinstance(delta, dict):
+            raise BadServerResponse("the stream sent a 'delta' that is not a JSON object")
+        self._take_text(
+            "reasoning", _text_field(delta, "reasoning", "reasoning_content"), self.reasoning
+        )
+        self._take_text("content", _text_field(delta, "content"), self.content)
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
 
@@ -358,6 +440,21 @@ def _chat_body(
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _text_field(delta: Mapping[str, Any], *names: str) -> str:
+    """The first of `names` present in a streamed delta, which must be text (or null)."""
+    for name in names:
+        value = delta.get(name)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise BadServerResponse(
+                f"the stream sent a delta whose '{name}' is {type(value).__name__}, not text",
+                "check that an OpenAI-compatible server (vLLM, SGLang) listens on that port",
+            )
+        return value
+    return ""
 
 
 def _reasoning_of(message: Mapping[str, Any]) -> str:

@@ -9,13 +9,16 @@ and long-context output turns to garbage. We derive the pattern and pass it expl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.errors import PlanError
+from sm120.bounded import MIB, read_json_capped
+from sm120.errors import PlanError, SM120Error
 
+# A checkpoint's config.json is a few KB; bounded in case the folder holds something else.
+MAX_CONFIG_BYTES = 16 * MIB
+_CONFIG_HINT = "re-download the checkpoint"
 _TYPE_TO_CHAR = {"full": "F", "shared": "S"}
 # vLLM's default when the config omits index_skip_topk_offset (vllm_facts.md §1.1).
 _DEFAULT_SKIP_OFFSET = 2
@@ -42,11 +45,9 @@ def read_config(model_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PlanError(
-            f"{path} is not readable JSON: {exc}", "re-download the checkpoint"
-        ) from None
+        data = read_json_capped(path, MAX_CONFIG_BYTES, "checkpoint config", _CONFIG_HINT)
+    except SM120Error as exc:
+        raise PlanError(exc.message, exc.hint) from None
     if not isinstance(data, dict):
         raise PlanError(f"{path} is not a JSON object", "re-download the checkpoint")
     return data

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120.errors import PlanError
+from sm120.bounded import read_text_capped
+from sm120.errors import PlanError, SM120Error
+
+# A .env holds a dozen settings; anything near this size is the wrong file.
+MAX_DOTENV_BYTES = 256 * 1024
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise PlanError(f"cannot read {path}: {exc.strerror}", "check --env-file") from None
+        text = read_text_capped(path, MAX_DOTENV_BYTES, ".env file", "check --env-file")
+    except SM120Error as exc:
+        raise PlanError(exc.message, exc.hint) from None
+    lines = text.splitlines()
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -21,7 +26,8 @@ def read_dotenv(path: Path) -> dict[str, str]:
             line = line[len("export ") :].lstrip()
         key, sep, value = line.partition("=")
         if not sep or not key.strip().replace("_", "").isalnum():
-            raise PlanError(f"{path}:{number}: expected KEY=VALUE, got '{raw}'", "fix the line")
+            shown = raw if len(raw) <= 80 else f"{raw[:80]}..."
+            raise PlanError(f"{path}:{number}: expected KEY=VALUE, got '{shown}'", "fix the line")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]

@@ -7,6 +7,8 @@ set by shells for other reasons; MODEL_DIR is also read unprefixed, as seed 000'
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,6 +43,12 @@ KNOBS: dict[str, Knob] = {
 }
 
 ENV_PREFIX = "SM120_"
+# Names a .env may hold for compose.yaml itself, not for the plan.
+COMPOSE_KEYS = ("IMAGE", "BIND_HOST", "SHM_SIZE")
+# How close an unknown name must be to a known one to be taken for a typo of it. A .env is
+# also the container's environment (compose's env_file), so other names are allowed; 0.8
+# catches MAX_MODEL_LENN or TP_SZE and lets HOSTNAME, HF_HOME or CUDA_VERSION through.
+_TYPO_CUTOFF = 0.8
 
 
 @dataclass
@@ -67,12 +75,32 @@ def _parse_bool(name: str, raw: str) -> bool:
 
 def _parse_port(name: str, raw: str) -> int:
     try:
-        return int(raw)
+        port = int(raw)
     except ValueError:
-        raise PlanError(f"{name}={raw!r} is not a port number", "use e.g. 8000") from None
+        raise PlanError(f"{name}={raw[:40]!r} is not a port number", "use e.g. 8000") from None
+    if not 1 <= port <= 65535:
+        raise PlanError(f"{name}={raw[:40]} is not a port from 1 to 65535", "use e.g. 8000")
+    return port
+
+
+def check_setting_names(source: Mapping[str, str]) -> None:
+    """A misspelled .env setting would be ignored without a word: name the one it resembles."""
+    known = [*KNOBS, *COMPOSE_KEYS]
+    for key in source:
+        if key in KNOBS or key in COMPOSE_KEYS:
+            continue
+        # compose reads names case-sensitively: `port=8001` is as lost as `PROT=8001`.
+        hits = difflib.get_close_matches(key.upper(), known, n=1, cutoff=_TYPO_CUTOFF)
+        if hits:
+            raise PlanError(
+                f"unknown setting '{key}' in .env; did you mean '{hits[0]}'?",
+                "fix the name (see .env.example); a misspelled setting would be ignored",
+            )
 
 
 def knob_values(source: dict[str, str], *, prefixed: bool) -> KnobValues:
+    if not prefixed:
+        check_setting_names(source)
     values = KnobValues()
     for name, knob in KNOBS.items():
         key = ENV_PREFIX + name if prefixed and not name.startswith(ENV_PREFIX) else name

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from sm120.catalogue import engine_flags
-from sm120.errors import PlanError
+from sm120.errors import PlanError, RecipeError
+from sm120.recipe.loader import YamlTooLarge, parse_yaml
 from sm120.recipe.schema import Recipe
 from sm120.suggest import did_you_mean
 
@@ -35,12 +34,17 @@ class Assignment:
     text: str  # as typed, for messages
 
 
-def parse_value(raw: str) -> Any:
-    """YAML scalar rules: 131072 -> int, 0.8 -> float, true -> bool, {..} -> mapping."""
+def parse_value(raw: str, origin: str = "--set") -> Any:
+    """YAML scalar rules: 131072 -> int, 0.8 -> float, true -> bool, {..} -> mapping.
+    Parsed with the recipes' bounds: a --set value is no safer than a recipe file."""
+    if raw == "":
+        return ""
     try:
-        return yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        return raw
+        return parse_yaml(raw, origin)
+    except YamlTooLarge as exc:
+        raise PlanError(exc.message, exc.hint) from None
+    except RecipeError:
+        return raw  # not YAML: the text as typed
 
 
 def parse_assignment(text: str, engine: str) -> Assignment:
@@ -48,7 +52,7 @@ def parse_assignment(text: str, engine: str) -> Assignment:
     key = key.strip()
     if not sep or not key:
         raise PlanError(f"--set '{text}' is not KEY=VALUE", "e.g. --set max-model-len=131072")
-    value = parse_value(raw.strip())
+    value = parse_value(raw.strip(), f"--set {key}")
     key = key.lstrip("-")
     head, _, rest = key.partition(".")
     if head in SETTABLE_SCALARS and not rest:

@@ -101,7 +101,12 @@ def _port_range(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         yield f"port {plan.port} is outside 1-65535; use e.g. --port 8000"
 
 
-@rule("S04", "error", "lengths and counts are positive")
+# The engines keep lengths and counts in 32-bit integers in places (CUDA kernels, torch
+# index tensors): anything above overflows there, or is simply a typo.
+INT32_MAX = 2**31 - 1
+
+
+@rule("S04", "error", "lengths and counts are positive and fit in 32 bits")
 def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     flags = engine_flags(plan.engine).flags
     for name, value in plan.args:
@@ -110,6 +115,11 @@ def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             continue
         if value < spec.minimum:
             yield f"{name} must be at least {spec.minimum}, got {value}"
+        elif value > INT32_MAX:
+            shown = (
+                str(value) if value < 10**24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            )
+            yield f"{name} must be at most {INT32_MAX}, got {shown}"
 
 
 @rule("S05", "error", "memory fraction between 0 and 1")

@@ -747,7 +747,7 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
         ),
         (
             ["--threshold", "1.5"],
-            "Error: --threshold must be between 0 and 1, got 1.5 (hint: e.g. 0.10)",
+            "Error: --threshold must be less than 1, got 1.5 (hint: e.g. 0.10)",
         ),
         (
             ["--decode-tokens", "1"],
@@ -755,7 +755,7 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
         ),
         (
             ["--settle", "-1"],
-            "Error: --settle must be 0 to 600 seconds, got -1 (hint: e.g. --settle 2)",
+            "Error: --settle must be 0 or more, got -1 (hint: e.g. --settle 2)",
         ),
         (
             ["--name", "nope"],

@@ -114,7 +114,7 @@ def test_missing_lm_eval_is_one_line(
         ),
         (
             ["--min-score", "94"],
-            "Error: --min-score must be between 0 and 1, got 94.0 (hint: e.g. 0.94)",
+            "Error: --min-score must be 1 or less, got 94 (hint: e.g. 0.94)",
         ),
     ],
 )

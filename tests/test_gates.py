@@ -374,7 +374,7 @@ def test_bad_max_tokens_and_temperature(cli: CliRunner) -> None:
         "Error: --max-tokens must be 1 or more, got 0 (hint: or leave it out)",
     )
     code, _, err = invoke(cli, "test", "core", "--temperature", "3")
-    assert err.strip() == "Error: --temperature must be between 0 and 2, got 3.0 (hint: e.g. 0)"
+    assert err.strip() == "Error: --temperature must be 2 or less, got 3 (hint: e.g. 0)"
 
 
 def test_no_deployment(cli: CliRunner) -> None:
@@ -427,7 +427,7 @@ def test_cases_file_errors(tmp_path: Path, cli: CliRunner, server: ScriptedServe
     )
     code, _, err = invoke(cli, "test", "mine", "--cases", str(tmp_path / "nope.yaml"))
     assert err.strip() == (
-        f"Error: cannot read {tmp_path / 'nope.yaml'} (No such file or directory) "
+        f"Error: cannot read --cases {tmp_path / 'nope.yaml'}: No such file or directory "
         "(hint: check --cases)"
     )
 

@@ -147,7 +147,7 @@ def test_human_output_is_a_table_with_flags_and_recommendation(cli: CliRunner) -
     [
         (
             ("glm52", "--gpus", "0"),
-            "Error: --gpus must be at least 1, got 0 (hint: e.g. --gpus 4)",
+            "Error: --gpus must be 1 or more, got 0 (hint: e.g. --gpus 4)",
         ),
         (
             ("glm52", "-V", "dcp3", "--gpus", "4"),
@@ -166,16 +166,16 @@ def test_human_output_is_a_table_with_flags_and_recommendation(cli: CliRunner) -
         ),
         (
             ("glm47", "--gpus", "4", "--kv-memory-gib", "-1"),
-            "Error: --kv-memory-gib must be positive, got -1 "
+            "Error: --kv-memory-gib must be more than 0, got -1 "
             "(hint: take it from the engine's 'Available KV cache memory' line)",
         ),
         (
             ("glm47", "--gpus", "4", "--gpu-mem-gib", "0"),
-            "Error: --gpu-mem-gib must be positive, got 0 (hint: an RTX PRO 6000 has 94.97 GiB)",
+            "Error: --gpu-mem-gib must be more than 0, got 0 (hint: an RTX PRO 6000 has 94.97 GiB)",
         ),
         (
             ("glm52", "--gpus", "4", "--max-model-len", "0"),
-            "Error: max-model-len must be at least 1, got 0 (hint: e.g. 131072)",
+            "Error: --max-model-len must be 1 or more, got 0 (hint: e.g. 131072)",
         ),
         (
             ("glm52", "--gpus", "4", "--set", "decode-context-parallel-size=3"),

@@ -27,6 +27,8 @@ def chat(
     """Send a message to the running server and stream the answer."""
     from sm120.lifecycle.chat import ChatSession
 
+    if prompt is None and not sys.stdin.isatty():
+        prompt = _piped_prompt()
     session = ChatSession.for_deployment(
         name,
         system=system,
@@ -34,9 +36,22 @@ def chat(
         max_tokens=max_tokens,
         stream=not no_stream,
     )
-    if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read().strip()
     if prompt:
         session.ask(prompt)
         return
     session.interactive()
+
+
+# A prompt is text a person wrote or a file of it; far below what a server would accept.
+MAX_PROMPT_BYTES = 16 << 20
+
+
+def _piped_prompt() -> str:
+    from sm120.bounded import decode_text, size_words
+    from sm120.errors import SM120Error
+
+    hint = "pipe UTF-8 text, e.g. cat notes.txt | sm120 chat"
+    data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+    if len(data) > MAX_PROMPT_BYTES:
+        raise SM120Error(f"the piped prompt is larger than {size_words(MAX_PROMPT_BYTES)}", hint)
+    return decode_text(data, "the piped prompt", hint).strip()

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from sm120.cli.bounds import check_options, numeric_options
 from sm120.errors import SM120Error
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,11 +21,14 @@ def report(exc: SM120Error) -> None:
 
 
 def cli_errors(func: F) -> F:
-    """Turn SM120Error into the one-line message; full tracebacks only with SM120_DEBUG=1."""
+    """Turn SM120Error into the one-line message; full tracebacks only with SM120_DEBUG=1.
+    Numeric options are checked against their range (sm120.cli.bounds) first."""
+    numeric = numeric_options(func)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_options(func.__name__, numeric, kwargs)
             return func(*args, **kwargs)
         except SM120Error as exc:
             if os.environ.get("SM120_DEBUG") == "1":

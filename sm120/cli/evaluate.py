@@ -88,14 +88,6 @@ def _settings(
 
     if api not in ("completions", "chat"):
         raise SM120Error(f"unknown --api '{api}'", "use completions or chat")
-    if limit is not None and limit < 0:
-        raise SM120Error(f"--limit must be 0 or more, got {limit}", "0 asks every problem")
-    if fewshot < 0:
-        raise SM120Error(f"--fewshot must be 0 or more, got {fewshot}", "e.g. --fewshot 5")
-    if concurrency < 1:
-        raise SM120Error(f"--concurrency must be 1 or more, got {concurrency}", "e.g. 4")
-    if min_score is not None and not 0.0 <= min_score <= 1.0:
-        raise SM120Error(f"--min-score must be between 0 and 1, got {min_score}", "e.g. 0.94")
     return EvalSettings(
         limit=limit or None,
         fewshot=fewshot,

@@ -25,10 +25,6 @@ def register(app: typer.Typer) -> None:
 def gate_options(max_tokens: int | None, temperature: float | None, no_think: bool) -> GateOptions:
     from sm120.measure.gates import GateOptions
 
-    if max_tokens is not None and max_tokens < 1:
-        raise SM120Error(f"--max-tokens must be 1 or more, got {max_tokens}", "or leave it out")
-    if temperature is not None and not 0.0 <= temperature <= 2.0:
-        raise SM120Error(f"--temperature must be between 0 and 2, got {temperature}", "e.g. 0")
     return GateOptions(
         max_tokens=max_tokens, temperature=temperature, thinking=False if no_think else None
     )

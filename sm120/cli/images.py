@@ -115,5 +115,13 @@ def compose(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            from sm120.errors import SM120Error
+
+            raise SM120Error(
+                f"cannot write {output}: {exc.strerror or exc}",
+                "pass -o a file in a folder that exists and is writable, or leave -o out",
+            ) from None
         typer.echo(f"wrote {output} (docker compose -f {output} up)", err=True)

@@ -21,7 +21,7 @@ def parse(
     import json
     import sys
 
-    from sm120.monitor.logparse import LogParser, open_log
+    from sm120.monitor.logparse import LogParser, capped_text_lines, open_log
 
     stream = open_log(file)
     parser = LogParser()
@@ -29,7 +29,7 @@ def parse(
     # A pipe may be a live log (`docker logs -f ... | sm120 logs parse -`): read it line by
     # line and print each event as it comes; a file is read in large blocks, much faster.
     events = (
-        (event for line in stream for event in parser.feed(line))
+        (event for line in capped_text_lines(stream) for event in parser.feed(line))
         if piped
         else parser.parse_stream(stream)
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sm120.bounded import MIB, InputTooLarge, read_capped
 from sm120.doctor.nvsmi_parse import (
     CsvResult,
     TableResult,
@@ -29,7 +30,10 @@ _QUOTE = re.compile(r"^\s*>\s?")
 _LIST_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
 # A pasted command names the columns of a header-less CSV printed under it.
 _QUERY_COMMAND = re.compile(r"--query-(?:gpu|compute-apps)=([\w.,]+)")
-MAX_FILE_BYTES = 5_000_000
+MAX_FILE_BYTES = 5 * MIB
+MAX_TOTAL_BYTES = 20 * MIB
+MAX_FILES = 1000
+_HINT = "pass the text nvidia-smi printed (a few KB), not a log or an archive"
 
 
 def clean(text: str) -> list[str]:
@@ -101,6 +105,17 @@ class _Collector:
         snap.cuda_version = snap.cuda_version or cuda
 
     def table(self, result: TableResult) -> None:
+        banner = result.banner
+        if not (
+            result.gpus
+            or result.mig_devices
+            or result.processes_listed is not None
+            or banner.driver_version
+            or banner.cuda_version
+        ):
+            # Any box-drawn table looks like one: only what nvidia-smi prints counts.
+            self.snapshot.notes.append("a box table that is not nvidia-smi output was skipped")
+            return
         self.kind("table")
         self.versions(result.banner.driver_version, result.banner.cuda_version)
         for gpu in result.gpus:
@@ -241,11 +256,20 @@ def _csv(lines: list[str], start: int, out: _Collector, fields: list[str] | None
 
 
 def read_captured(path: Path) -> tuple[Snapshot, list[Path]]:
-    """A file, or every file in a folder (sorted), as one machine's outputs."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    """A file, or every file in a folder (sorted), as one machine's outputs.
+
+    A pipe or device is read like a file (`--from <(ssh gpu-box nvidia-smi)` works), and
+    every read is bounded by the bytes it returned: devices report a size of 0."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())[: MAX_FILES + 1]
+        if len(files) > MAX_FILES:
+            raise InputTooLarge(f"--from: {path} holds more than {MAX_FILES} files", _HINT)
+    else:
+        files = [path]
     texts = []
+    budget = MAX_TOTAL_BYTES
     for item in files:
-        if item.stat().st_size > MAX_FILE_BYTES:
-            continue
-        texts.append(item.read_bytes().decode("utf-8", errors="replace"))
+        data = read_capped(item, min(MAX_FILE_BYTES, budget), "--from:", _HINT)
+        budget -= len(data)
+        texts.append(data.decode("utf-8", errors="replace"))
     return parse_text("\n\n".join(texts)), files

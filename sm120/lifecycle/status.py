@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from sm120.client import BadServerResponse, bounded_request
 from sm120.lifecycle.find import runtime_for
 from sm120.lifecycle.secrets import read_api_key
 from sm120.monitor.files import MonitorFiles
@@ -32,8 +33,9 @@ def _metrics(base: str) -> dict[str, float]:
     }
     found: dict[str, float] = {}
     try:
-        text = httpx.get(f"{base}/metrics", timeout=5.0).text
-    except httpx.HTTPError:
+        with httpx.Client(timeout=5.0) as http:
+            text = bounded_request(http, "GET", f"{base}/metrics").text
+    except (httpx.HTTPError, BadServerResponse):
         return found
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
@@ -92,7 +94,9 @@ def describe(state: DeploymentState) -> dict[str, Any]:
 def _health(base: str, key: str | None) -> int | None:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        return httpx.get(f"{base}/health", headers=headers, timeout=5.0).status_code
+        # Only the status matters: the body is never read.
+        with httpx.stream("GET", f"{base}/health", headers=headers, timeout=5.0) as response:
+            return response.status_code
     except httpx.HTTPError:
         return None
 

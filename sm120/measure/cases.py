@@ -8,10 +8,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sm120.errors import SM120Error
+from sm120.bounded import MIB, read_text_capped
+from sm120.errors import RecipeError, SM120Error
+from sm120.recipe.loader import parse_yaml
 from sm120.suggest import did_you_mean
 
 GATES_PACKAGE = "sm120.data"
@@ -137,9 +138,10 @@ class GateFile(Strict):
 
 def parse_gate_file(text: str, where: str) -> GateFile:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CasesError(f"{where} is not valid YAML ({exc})".replace("\n", " "), "") from None
+        # The recipes' loader: aliases, nesting and huge numbers bounded the same way.
+        data = parse_yaml(text, where)
+    except RecipeError as exc:
+        raise CasesError(exc.message, exc.hint) from None
     try:
         return GateFile.model_validate(data)
     except ValidationError as exc:
@@ -156,13 +158,17 @@ def builtin_gates() -> GateFile:
     return parse_gate_file(text, GATES_FILE)
 
 
+# A gate file is a few KB of prompts and expectations (long prompts are generated).
+MAX_CASES_BYTES = 4 * MIB
+
+
 def load_gates(path: Path | None) -> GateFile:
     if path is None:
         return builtin_gates()
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CasesError(f"cannot read {path} ({exc.strerror})", "check --cases") from None
+        text = read_text_capped(path, MAX_CASES_BYTES, "--cases", "check --cases")
+    except SM120Error as exc:
+        raise CasesError(exc.message, exc.hint) from None
     return parse_gate_file(text, str(path))
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from sm120.client import server_root
+from sm120.client import MAX_EVENT_BYTES, server_root
 
 COMPLETIONS_PATH = "/v1/completions"
 
@@ -208,7 +208,8 @@ async def _one(
     try:
         async with session.post(url, json=body) as response:
             if response.status >= 400:
-                text = await response.text(errors="replace")
+                # The start of the body says why; the rest is not read.
+                text = (await response.content.read(1 << 16)).decode(errors="replace")
                 timing.error = f"HTTP {response.status}: {text[:160]}"
                 return timing
             async for data in response.content.iter_any():
@@ -217,8 +218,14 @@ async def _one(
                     break
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         timing.error = f"{type(exc).__name__}: {exc}"[:200]
+    except EventTooLong as exc:
+        timing.error = str(exc)
     timing.ended = time.perf_counter()
     return timing
+
+
+class EventTooLong(Exception):
+    """The server streamed an event past MAX_EVENT_BYTES: not an engine's stream."""
 
 
 class _EventSplitter:
@@ -231,6 +238,8 @@ class _EventSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         self._pending += data
         *complete, self._pending = self._pending.replace(b"\r\n", b"\n").split(b"\n\n")
+        if len(self._pending) > MAX_EVENT_BYTES:
+            raise EventTooLong(f"the stream sent an event longer than {MAX_EVENT_BYTES >> 20} MiB")
         payloads = []
         for event in complete:
             for line in event.split(b"\n"):
@@ -303,7 +312,7 @@ async def _run(
         # handshake and pool setup that a steady client pays once.
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
             async with session.get(root + "/health") as response:
-                await response.read()
+                await response.content.read(1 << 16)
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
         duration = time.perf_counter() - started

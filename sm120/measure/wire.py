@@ -20,7 +20,10 @@ import httpx
 from sm120.client import (
     BadServerResponse,
     TransportWording,
+    bounded_body,
+    bounded_request,
     check_status,
+    event_payloads,
     json_object,
     mask_secret,
     server_root,
@@ -183,7 +186,7 @@ class Wire:
     def _post_if_served(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """The JSON answer to a POST of an optional endpoint; None when the server lacks it."""
         with translate_transport_errors(self.base_url, path, _WORDING):
-            response = self._http.post(path, json=body)
+            response = bounded_request(self._http, "POST", path, json=body)
         if response.status_code in (404, 405, 501):
             return None
         self._raise_for_status(response, path)
@@ -192,7 +195,7 @@ class Wire:
     def metrics_text(self) -> str | None:
         """The Prometheus page, or None when the server does not publish one."""
         try:
-            response = self._http.get(METRICS_PATH, timeout=10.0)
+            response = bounded_request(self._http, "GET", METRICS_PATH, timeout=10.0)
         except httpx.TransportError:
             return None
         return response.text if response.status_code == 200 else None
@@ -259,35 +262,47 @@ class Wire:
             if response.status_code == 401:
                 self._raise_for_status(response, path)
             if response.status_code >= 400:
-                response.read()
-                exchange.error = f"HTTP {response.status_code}: {self._mask(_error_text(response))}"
+                answer = bounded_body(response, path)
+                exchange.error = f"HTTP {answer.status_code}: {self._mask(_error_text(answer))}"
                 exchange.ended = time.perf_counter()
                 return
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue  # event names, blank separators, keep-alive comments
-                payload = line[len("data:") :].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(payload)
-                except json.JSONDecodeError:
-                    exchange.error = f"the stream sent a line that is not JSON: {payload[:80]}"
-                    break
-                if not isinstance(chunk, dict):
-                    continue
-                problem = _stream_error(chunk)
-                if problem:
-                    exchange.error = f"error mid-stream: {self._mask(problem)}"
-                    break
-                feed(chunk, time.perf_counter())
+            try:
+                self._read_events(response, path, exchange, feed)
+            except BadServerResponse as exc:
+                # A malformed stream fails this exchange, not the whole run.
+                exchange.error = exc.message
         exchange.ended = time.perf_counter()
+
+    def _read_events(
+        self, response: httpx.Response, path: str, exchange: Exchange, feed: Any
+    ) -> None:
+        # Chat streams end with [DONE]; Anthropic message streams with a message_stop event.
+        payloads = event_payloads(response, path, self._mask, until_done=path == CHAT_PATH)
+        for payload in payloads:
+            try:
+                chunk = json.loads(payload)
+            except json.JSONDecodeError:
+                exchange.error = f"the stream sent a line that is not JSON: {payload[:80]}"
+                return
+            if not isinstance(chunk, dict):
+                continue
+            problem = _stream_error(chunk)
+            if problem:
+                exchange.error = f"error mid-stream: {self._mask(problem)}"
+                return
+            try:
+                feed(chunk, time.perf_counter())
+            except (AttributeError, TypeError, ValueError):
+                # A field of the wrong type (a delta that is a string, an index that is a
+                # list): the chunk is not the OpenAI or Anthropic shape.
+                exchange.error = f"the stream sent a chunk of an unexpected shape: {payload[:80]}"
+                return
 
     # --- plumbing -------------------------------------------------------------------------
 
     def _get_json(self, path: str) -> dict[str, Any]:
         with translate_transport_errors(self.base_url, path, _WORDING):
-            response = self._http.get(path)
+            response = bounded_request(self._http, "GET", path)
         self._raise_for_status(response, path)
         return json_object(response, path)
 

@@ -14,10 +14,19 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
+from sm120.bounded import capped_lines
+
 NEWLINE = b"\n"
+# Engines print lines of a few hundred bytes; one without end (a dumped tensor, a runaway
+# print) is cut here and the rest of it skipped, so it costs this much memory, not its size.
+MAX_LINE_BYTES = 1 << 20
+CUT_MARK = " [line cut at 1 MiB]"
+MAX_READ_BYTES = 64 << 20
 
 
 def decode_line(line: bytes) -> str:
+    if len(line) >= MAX_LINE_BYTES:
+        return line[:MAX_LINE_BYTES].decode("utf-8", errors="replace") + CUT_MARK
     return line.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
@@ -34,6 +43,8 @@ class LogFollower:
         self._handle: BinaryIO | None = None
         self._identity: tuple[int, int] | None = None
         self._partial = b""
+        self._skipping = False
+        """Inside a line already cut at MAX_LINE_BYTES: drop bytes up to its newline."""
         self._open(at_end=at_end)
 
     def close(self) -> None:
@@ -57,7 +68,7 @@ class LogFollower:
             self._open(at_end=False)
             if self._handle is None:
                 return []
-        data = self._handle.read()
+        data = self._read(self._handle)
         try:
             current = self.path.stat()
         except FileNotFoundError:
@@ -67,20 +78,26 @@ class LogFollower:
         elif current.st_size < self._handle.tell():
             # Truncated in place: start over from its beginning.
             self._handle.seek(0)
-            self._partial = b""
-            data = self._handle.read()
+            self._partial, self._skipping = b"", False
+            data = self._read(self._handle)
         return self._split(data)
+
+    def _read(self, handle: BinaryIO) -> bytes:
+        """What was appended, bounded: a writer far ahead is caught up over several calls."""
+        return handle.read(MAX_READ_BYTES)
 
     def _finish_rotated(self) -> bytes:
         assert self._handle is not None
         # The writer never touches a file again once it has rotated it: read it to the end,
         # then every newer backup, then the new file.
-        parts = [self._handle.read()]
-        parts += [newer.read_bytes() for newer in self._files_between()]
+        parts = [_read_all(self._handle)]
+        for newer in self._files_between():
+            with contextlib.suppress(FileNotFoundError), newer.open("rb") as handle:
+                parts.append(_read_all(handle))
         self.close()
         self._open(at_end=False)
         if self._handle is not None:
-            parts.append(self._handle.read())
+            parts.append(self._read(self._handle))
         return b"".join(parts)
 
     def _files_between(self) -> list[Path]:
@@ -94,9 +111,20 @@ class LogFollower:
         return []
 
     def _split(self, data: bytes) -> list[str]:
-        data = self._partial + data
-        *complete, self._partial = data.split(NEWLINE)
-        return [decode_line(line) for line in complete]
+        *complete, partial = data.split(NEWLINE)
+        lines = []
+        for piece in complete:
+            if self._skipping:
+                self._skipping = False  # the end of a line already handed out, cut
+                continue
+            lines.append(decode_line(self._partial + piece))
+            self._partial = b""
+        if not self._skipping:
+            self._partial += partial
+            if len(self._partial) >= MAX_LINE_BYTES:
+                lines.append(decode_line(self._partial))
+                self._partial, self._skipping = b"", True
+        return lines
 
     def rest(self) -> list[str]:
         """The unfinished last line, once the writer is known to be gone."""
@@ -116,8 +144,13 @@ def tail_lines(path: Path, count: int, max_backups: int = 9) -> tuple[list[str],
         except FileNotFoundError:
             continue
         with handle:
-            for raw in handle:
-                last.append(decode_line(raw.rstrip(NEWLINE)))
+            for raw in capped_lines(handle, MAX_LINE_BYTES):
+                last.append(decode_line(raw))
                 if file == path:
                     in_current += 1
     return list(last), in_current
+
+
+def _read_all(handle: BinaryIO) -> bytes:
+    """The rest of a rotated file (bounded by the writer's rotation size)."""
+    return handle.read()

@@ -51,6 +51,10 @@ from sm120.prefilter import alternation, prefix_closure, rare_anchor, required_l
 
 # Real escape sequences, plus the two ways they reach a log once the ESC byte is lost or
 # spelled out by a copy-paste ("[1;36m", "ESC[1;36m", "^[[1;36m").
+# Engine lines are a few hundred characters; an endless one is read up to here (the rest of it
+# is skipped), so one runaway print cannot cost the reader its length in memory.
+MAX_LINE_CHARS = 1 << 20
+
 _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|(?:\^\[|ESC|#033|\\033|\\x1b|\\e)?\[\d[\d;]*m"
 )
@@ -403,14 +407,24 @@ class LogParser:
     def parse_stream(self, stream: TextIO, block_chars: int = 1 << 20) -> Iterator[Event]:
         """Events from a text stream read in blocks; a partial last line is read at the end."""
         carry = ""
+        skipping = False  # inside a line already cut at MAX_LINE_CHARS
         while True:
             block = stream.read(block_chars)
             if not block:
                 break
+            if skipping:
+                end = block.find("\n")
+                if end < 0:
+                    continue
+                block, skipping = block[end + 1 :], False
             block = carry + block
             cut = block.rfind("\n") + 1
             carry = block[cut:]
             yield from self.feed_text(block[:cut])
+            if len(carry) > MAX_LINE_CHARS:
+                # One endless line costs MAX_LINE_CHARS, not its length: read its start only.
+                yield from self.feed_text(carry[:MAX_LINE_CHARS] + "\n")
+                carry, skipping = "", True
         if carry:
             yield from self.feed_text(carry)
 
@@ -468,6 +482,15 @@ def open_log(path: str) -> TextIO:
             f"cannot read {path}: {exc.strerror or exc}",
             hint="pass the path of a log file, or - to read stdin",
         ) from None
+
+
+def capped_text_lines(stream: TextIO) -> Iterator[str]:
+    """Lines of a text stream as they come (a live pipe), each cut at MAX_LINE_CHARS."""
+    while line := stream.readline(MAX_LINE_CHARS):
+        if len(line) == MAX_LINE_CHARS and not line.endswith("\n"):
+            while (rest := stream.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                pass  # the rest of a line already cut
+        yield line
 
 
 def parse_lines(lines: Iterable[str], *, sm: int | None = None) -> Iterator[Event]:

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sm120.client import BadServerResponse, bounded_request
 from sm120.errors import SM120Error
 
 METRICS_PATH = "/metrics"
@@ -133,9 +134,11 @@ def parse_metrics(
 def fetch_metrics_text(client: httpx.Client) -> str:
     """GET /metrics through a client that already carries the base URL and API key."""
     try:
-        response = client.get(METRICS_PATH)
+        response = bounded_request(client, "GET", METRICS_PATH)
     except httpx.HTTPError as exc:
         raise MetricsError(f"/metrics did not answer ({type(exc).__name__})") from None
+    except BadServerResponse as exc:
+        raise MetricsError(exc.message) from None
     if response.status_code != 200:
         raise MetricsError(f"/metrics answered HTTP {response.status_code}")
     return response.text

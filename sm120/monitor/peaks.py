@@ -23,7 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.bounded import capped_lines
+
 DEFAULT_HISTORY_CAP = 10_000
+MAX_RECORD_BYTES = 64 * 1024
 
 
 def write_json_atomically(path: Path, data: Any, *, durable: bool = True) -> None:
@@ -166,11 +169,13 @@ class JsonlRing:
     def read(self) -> Iterator[dict[str, Any]]:
         for path in (self.older, self.path):
             try:
-                handle = path.open(encoding="utf-8")
+                handle = path.open("rb")
             except FileNotFoundError:
                 continue
             with handle:
-                for line in handle:
+                # A sample is a short JSON line: anything else (binary, torn, a runaway
+                # line) is skipped, and costs at most MAX_RECORD_BYTES to skip.
+                for line in capped_lines(handle, MAX_RECORD_BYTES):
                     with contextlib.suppress(ValueError):
                         record = json.loads(line)
                         if isinstance(record, dict):

@@ -31,7 +31,7 @@ def plot_history(records: Iterable[dict[str, Any]], out: Path, title: str) -> in
     """Draw prefill/decode tok/s and running/waiting over time; returns the sample count."""
     check_plot_path(out)
     samples = [r for r in records if isinstance(r.get("t"), (int, float))]
-    rated = [r for r in samples if r.get("decode_tps") is not None]
+    rated = [r for r in samples if isinstance(r.get("decode_tps"), (int, float))]
     if not rated:
         raise PlotError(
             f"no throughput history yet for {title}",

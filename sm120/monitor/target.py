@@ -152,7 +152,9 @@ class UrlTarget:
 
     def server(self) -> ServerState:
         try:
-            httpx.get(f"{self._base_url}/health", timeout=5.0)
+            # Any answer means it runs; the body is never read.
+            with httpx.stream("GET", f"{self._base_url}/health", timeout=5.0):
+                pass
         except httpx.HTTPError:
             return ServerState(running=False, identity=None)
         return ServerState(running=True, identity=None)

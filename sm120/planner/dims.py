@@ -8,16 +8,18 @@ which layers own an indexer cache) only exist in the recipe, which pins the imag
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from sm120.derive import derive_index_topk_pattern, read_config
-from sm120.errors import PlanError
+from sm120.bounded import read_json_capped
+from sm120.derive import MAX_CONFIG_BYTES, derive_index_topk_pattern, read_config
+from sm120.errors import PlanError, SM120Error
 from sm120.recipe.schema import ModelDims
+
+_CONFIG_HINT = "re-download the checkpoint"
 
 GIB = 1024**3
 _CONFIG_HINT = "point --model-dir at the checkpoint folder that holds the model's config.json"
@@ -79,11 +81,9 @@ def _quant_says_fp8_kv(config: dict[str, Any], model_dir: Path) -> bool:
     path = model_dir / "hf_quant_config.json"
     if path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise PlanError(
-                f"{path} is not readable JSON: {exc}", "re-download the checkpoint"
-            ) from None
+            data = read_json_capped(path, MAX_CONFIG_BYTES, "checkpoint config", _CONFIG_HINT)
+        except SM120Error as exc:
+            raise PlanError(exc.message, exc.hint) from None
         section = data.get("quantization") if isinstance(data, dict) else None
         if isinstance(section, dict) and _fp8_algo(section.get("kv_cache_quant_algo")):
             return True

@@ -8,6 +8,7 @@ did-you-mean for unknown keys.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Hashable
 from functools import lru_cache
 from pathlib import Path
@@ -16,13 +17,44 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sm120.errors import RecipeError
+from sm120.bounded import MIB, read_text_capped
+from sm120.errors import RecipeError, SM120Error
 from sm120.recipe.schema import Recipe
 from sm120.suggest import did_you_mean
 
+# Recipes are a few KB, a few levels deep and a few hundred values once aliases are
+# expanded; these bounds are far above that and far below what exhausts memory (a
+# "billion laughs" of nested aliases costs nothing to parse and everything to walk).
+MAX_RECIPE_BYTES = 1 * MIB
+MAX_DEPTH = 32
+MAX_VALUES = 100_000
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_READ_HINT = "a recipe is a small UTF-8 YAML file; see recipes/ for examples"
+
+
+class YamlTooLarge(RecipeError):
+    """YAML past a bound: nested too deep, too many values once aliases expand, or a number
+    too long to read."""
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    pass
+    """SafeLoader that refuses duplicate keys and nesting deeper than MAX_DEPTH (PyYAML
+    composes recursively: a deep enough file would end in RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
+                raise YamlTooLarge(
+                    f"line {line}: nested deeper than {MAX_DEPTH} levels",
+                    "settings nest a few levels deep; check the brackets and indentation",
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_unique_mapping(
@@ -48,9 +80,15 @@ _UniqueKeyLoader.add_constructor(
 
 def parse_yaml(text: str, origin: str) -> Any:
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecipeError as exc:
-        raise RecipeError(f"{origin}: {exc.message}", exc.hint) from None
+        raise type(exc)(f"{origin}: {exc.message}", exc.hint) from None
+    except ValueError as exc:
+        # int() refuses numbers of more than 4300 digits, and says so at length.
+        problem = str(exc).split(";")[0].split(":")[0]
+        raise YamlTooLarge(
+            f"{origin}: a value YAML cannot read ({problem})", "check the numbers"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -58,6 +96,35 @@ def parse_yaml(text: str, origin: str) -> Any:
         raise RecipeError(
             f"{origin}:{where}: malformed YAML: {problem}", "check indentation and quoting"
         ) from None
+    _check_size(data, origin)
+    return data
+
+
+def _check_size(data: Any, origin: str) -> None:
+    """Count values with aliases expanded, stopping at MAX_VALUES: what a consumer walking
+    the tree (validation, hashing, JSON) would pay."""
+    budget = MAX_VALUES
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise YamlTooLarge(
+                f"{origin}: the YAML expands to more than {MAX_VALUES:,} values",
+                "YAML aliases (*name) repeat what they point at; write the values out instead",
+            )
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def read_recipe_text(path: Path) -> str:
+    try:
+        return read_text_capped(path, MAX_RECIPE_BYTES, "recipe", _READ_HINT)
+    except SM120Error as exc:
+        raise RecipeError(exc.message, exc.hint) from None
 
 
 def recipes_dir() -> Path:
@@ -72,8 +139,18 @@ def recipes_dir() -> Path:
     return package / "_bundled" / "recipes"
 
 
+def existing_recipes_dir() -> Path:
+    """recipes_dir(), which must be a folder: a mistyped SM120_RECIPES_DIR would otherwise
+    list no recipes and call every name unknown."""
+    folder = recipes_dir()
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise RecipeError(f"the recipes folder {folder} {what}", "fix or unset SM120_RECIPES_DIR")
+    return folder
+
+
 def recipe_names() -> list[str]:
-    return sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+    return sorted(p.stem for p in existing_recipes_dir().glob("*.yaml"))
 
 
 def _model_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
@@ -138,11 +215,7 @@ def recipe_from_data(data: Any, origin: str) -> Recipe:
 
 
 def load_recipe_file(path: Path) -> Recipe:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeError(f"cannot read {path}: {exc.strerror}", "check the path") from None
-    recipe = recipe_from_data(parse_yaml(text, str(path)), str(path))
+    recipe = recipe_from_data(parse_yaml(read_recipe_text(path), str(path)), str(path))
     if recipe.name != path.stem:
         raise RecipeError(
             f"{path}: name '{recipe.name}' does not match the file name '{path.stem}'",
@@ -154,14 +227,24 @@ def load_recipe_file(path: Path) -> Recipe:
 def raw_recipe_data(name: str) -> dict[str, Any]:
     """The parsed YAML of a named recipe, before validation (overrides are merged into it)."""
     path = recipe_path(name)
-    data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    data = parse_yaml(read_recipe_text(path), str(path))
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping", "start with 'name: ...'")
     return data
 
 
 def recipe_path(name: str) -> Path:
-    path = recipes_dir() / f"{name}.yaml"
+    """The file of a named recipe. A name is a name, never a path: `../x` or `/tmp/x`
+    would read files outside the recipes folder (`sm120 validate FILE` takes paths)."""
+    if not NAME_PATTERN.match(name):
+        shown = name if len(name) <= 40 else f"{name[:40]}... ({len(name)} characters)"
+        raise RecipeError(
+            f"'{shown}' is not a recipe name: lowercase letters, digits and '-', "
+            "at most 64 characters",
+            "run 'sm120 recipes' to list them; 'sm120 validate FILE' checks a file",
+        )
+    folder = existing_recipes_dir()
+    path = folder / f"{name}.yaml"
     if not path.is_file():
         known = recipe_names()
         raise RecipeError(

@@ -286,7 +286,9 @@ class Variant(Strict):
 
 
 class Recipe(Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Short name used on the CLI.")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64, description="Short name used on the CLI."
+    )
     title: str = Field(description="One line: model and what makes the recipe special.")
     sources: tuple[str, ...] = Field(description="Documents the settings come from.")
     engine: Literal["vllm", "sglang"] = Field(description="Serving engine.")

@@ -8,7 +8,7 @@ from pathlib import Path
 from sm120.errors import RecipeError, SM120Error
 from sm120.hardware import assumed
 from sm120.plan import PlanRequest, resolve
-from sm120.recipe.loader import load_recipe_file, recipes_dir
+from sm120.recipe.loader import load_recipe_file, recipe_names, recipes_dir
 from sm120.recipe.schema import Recipe
 from sm120.rules import evaluate, failures
 
@@ -57,7 +57,7 @@ def validate_recipe(recipe: Recipe, origin: str) -> str:
 
 
 def validate_files(paths: list[Path]) -> list[str]:
-    targets = paths or sorted(recipes_dir().glob("*.yaml"))
+    targets = paths or [recipes_dir() / f"{name}.yaml" for name in recipe_names()]
     if not targets:
         raise RecipeError(f"no recipes found in {recipes_dir()}", "pass a recipe file")
     return [validate_recipe(load_recipe_file(path), str(path)) for path in targets]

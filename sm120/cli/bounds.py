@@ -1,0 +1,129 @@
+"""The range of every numeric command-line option, in one table.
+
+`cli_errors` checks each int or float option of a command against this table before the
+command runs, so NaN, infinities, 10**30 and negative values get one line and exit 2 instead
+of a traceback, a hang or a silently odd plan. tests/test_bad_input.py walks the Typer app
+and fails for any numeric option missing here: a new option cannot ship unbounded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from typer.models import ArgumentInfo, OptionInfo
+
+from sm120.errors import SM120Error
+
+# The biggest machine sm120 plans for: a few nodes of 8 GPUs each.
+MAX_GPUS = 64
+MAX_TOKENS = 10_000_000
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    low: float
+    high: float
+    hint: str
+    open_low: bool = False
+    """The low end itself is refused (a fraction that must be above 0)."""
+    open_high: bool = False
+
+    def admits(self, value: float) -> bool:
+        above = value > self.low if self.open_low else value >= self.low
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+
+_PORT = Bound(1, 65535, "use a port from 1 to 65535, e.g. 8000")
+_MAX_TOKENS = Bound(1, MAX_TOKENS, "or leave it out")
+
+# "COMMAND --flag" wins over "--flag" where one flag means different things (COMMAND is the
+# name of the command's function, which cli_errors sees).
+BOUNDS: dict[str, Bound] = {
+    "--port": _PORT,
+    "--gpus": Bound(1, MAX_GPUS, "e.g. --gpus 4"),
+    "launch --timeout": Bound(1, 7 * DAY_S, "seconds to wait for READY, e.g. --timeout 3600"),
+    "stop --timeout": Bound(0, DAY_S, "seconds before SIGKILL, e.g. --timeout 30"),
+    "--gate-max-tokens": _MAX_TOKENS,
+    "--max-tokens": _MAX_TOKENS,
+    "--max-model-len": Bound(1, 1 << 24, "e.g. 131072"),
+    "--gpu-mem-gib": Bound(0, 4096, "an RTX PRO 6000 has 94.97 GiB", open_low=True),
+    "--kv-memory-gib": Bound(
+        0, 4096, "take it from the engine's 'Available KV cache memory' line", open_low=True
+    ),
+    "--decode-tokens": Bound(2, MAX_TOKENS, "e.g. --decode-tokens 8"),
+    "--requests": Bound(2, 100_000, "e.g. --requests 8"),
+    "--settle": Bound(0, 600, "e.g. --settle 2"),
+    "--threshold": Bound(0, 1, "e.g. 0.10", open_low=True, open_high=True),
+    "--temperature": Bound(0, 2, "e.g. 0"),
+    "--limit": Bound(0, 1_000_000, "0 asks every problem"),
+    "--fewshot": Bound(0, 100, "e.g. --fewshot 5"),
+    "--concurrency": Bound(1, 4096, "e.g. 4"),
+    "--lengths": Bound(1, 1 << 24, "prompt tokens, e.g. --lengths 1024,8192"),
+    "--min-score": Bound(0, 1, "e.g. 0.94"),
+    "--lines": Bound(0, 1_000_000, "e.g. -n 50"),
+}
+
+
+class OutOfRange(SM120Error):
+    """A numeric option outside its range."""
+
+
+def bound_for(command: str, flag: str) -> Bound | None:
+    return BOUNDS.get(f"{command} {flag}") or BOUNDS.get(flag)
+
+
+def _words(number: float) -> str:
+    if not isinstance(number, float):
+        return str(number)
+    short = f"{number:g}"
+    return short if float(short) == number else repr(number)
+
+
+def check_number(flag: str, value: float, bound: Bound) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OutOfRange(f"{flag} must be a finite number, got {value}", bound.hint)
+    if bound.admits(value):
+        return
+    shown = _words(value)
+    if len(shown) > 24:
+        shown = f"{shown[:12]}... ({len(shown)} digits)"
+    if value <= bound.low:
+        need = (
+            f"more than {_words(bound.low)}" if bound.open_low else f"{_words(bound.low)} or more"
+        )
+    else:
+        need = (
+            f"less than {_words(bound.high)}"
+            if bound.open_high
+            else f"{_words(bound.high)} or less"
+        )
+    raise OutOfRange(f"{flag} must be {need}, got {shown}", bound.hint)
+
+
+def numeric_options(func: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> flag, for the int and float options and arguments of a command."""
+    found = {}
+    for name, param in inspect.signature(func).parameters.items():
+        info = param.default
+        if not isinstance(info, OptionInfo | ArgumentInfo):
+            continue
+        annotation = str(param.annotation).replace(" | None", "").replace("Optional[", "")
+        if annotation.rstrip("]") in ("int", "float"):
+            decls = [d for d in info.param_decls or () if d.startswith("--")]
+            found[name] = decls[0] if decls else name
+    return found
+
+
+def check_options(command: str, flags: dict[str, str], values: dict[str, Any]) -> None:
+    for name, flag in flags.items():
+        value = values.get(name)
+        bound = bound_for(command, flag)
+        if bound is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        check_number(flag, value, bound)
