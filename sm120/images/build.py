@@ -10,6 +10,7 @@ from typing import Any
 
 from sm120 import docker_api
 from sm120.errors import SM120Error
+from sm120.images.check import check_image
 from sm120.images.context import build_context, source_root
 from sm120.images.manifest import (
     BUILD_HASH_LABEL,
@@ -124,8 +125,21 @@ def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
     return str(image.id)
 
 
+def require_locks(plan: LaunchPlan) -> None:
+    """A build installs from committed locks only: refuse before Docker starts without them."""
+    checked = check_image(source_root(), plan)
+    for lock in ("engine_lock", "toolkit_lock"):
+        if getattr(checked, lock) is None:
+            missing = next(c for c in checked.conflicts if "is missing" in c)
+            raise BuildRefused(
+                missing.split(":", 1)[0],
+                f"make the locks first: sm120 build {plan.recipe} --lock (needs the network)",
+            )
+
+
 def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress) -> BuildResult:
     described, _ = plan_build(plan, options)
+    require_locks(plan)
     if not options.no_cache:
         existing = find_built(client, plan, described.build_hash)
         if existing is not None:
@@ -135,6 +149,7 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
     digest = _base_digest(client, described.base, progress)
     manifest = make_manifest(
         plan,
+        tag=described.tag,
         build_id=described.build_hash,
         base_digest=digest,
         patches=patch_entries(source_root() / "images" / _context_name(plan)),
@@ -146,7 +161,6 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
         generated={MANIFEST_FILE: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
     )
     image_id = docker_api.build_image(
-        client,
         context.tar,
         dockerfile=described.dockerfile,
         tag=described.tag,
