@@ -257,8 +257,11 @@ def _toolkit_segment(context: str) -> str:
 def test_toolkit_segment_installs_with_the_engine_python_of_image_yaml(context: str) -> None:
     segment = _toolkit_segment(context)
     engine = load_facts(REPO / "images" / context).engine.python
-    assert f"install-toolkit.sh {engine} " in segment
-    assert f"sm120.images.verify /opt/sm120/images/{context}" in segment
+    assert segment.endswith(f"install-toolkit.sh {engine}\n")
+    after = _dockerfile(context).split("# --- end toolkit ---", 1)[1]
+    assert f"RUN /opt/sm120/venv/bin/python -m sm120.images.verify /opt/sm120/images/{context}" in (
+        after
+    )
     assert "--mount=type=cache,target=/root/.cache/pip" in segment
     assert f'ENTRYPOINT ["{TOOLKIT_PYTHON}", "/opt/sm120/launch/entrypoint.py"]' in (
         _dockerfile(context)

@@ -118,7 +118,13 @@ def check_image(root: Path, plan: LaunchPlan, *, resolve: bool = False) -> Image
     if resolve:
         left_out = frozenset(canonical(name) for name in facts.engine.removed)
         if engine_path.is_file() and not captured:
-            conflicts += resolve_conflicts(engine_path, facts.python, facts.platform, left_out)
+            conflicts += resolve_conflicts(
+                engine_path,
+                facts.python,
+                facts.platform,
+                left_out,
+                facts.engine.extra_index_url,
+            )
         if toolkit_path.is_file():
             conflicts += resolve_conflicts(toolkit_path, facts.python, TOOLKIT_PLATFORM)
     return ImageCheck(

@@ -155,14 +155,20 @@ def captured_lock_text(recipe: str, base: str, inventory: dict[str, str]) -> str
 
 
 def resolve_conflicts(
-    lock_path: Path, python: str, platform: str, left_out: frozenset[str] = frozenset()
+    lock_path: Path,
+    python: str,
+    platform: str,
+    left_out: frozenset[str] = frozenset(),
+    extra_index_url: str | None = None,
 ) -> list[str]:
     """Resolve a lock again for the image's Python and platform: uv's complaint if its pins
     conflict, and any package the pins need that the lock does not carry (except those the
     image leaves out on purpose)."""
     pinned = parse_lock(lock_path.read_text()).pins
     argv = _compile_argv(str(lock_path), python, platform, hashes=False)
-    if "UV_EXTRA_INDEX_URL" in os.environ:
+    if extra_index_url and "UV_EXTRA_INDEX_URL" not in os.environ:
+        argv += ["--extra-index-url", extra_index_url]
+    if extra_index_url or "UV_EXTRA_INDEX_URL" in os.environ:
         argv += ["--index-strategy", "unsafe-best-match"]
     try:
         resolved = parse_lock(_run_uv(argv)).pins

@@ -30,17 +30,20 @@ LOCAL_WHEELS = Path("/opt/wheels")
 
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
-    saved = os.environ.get("DOCKER_HOST")
+    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", "PATH")}
     with dockerstack.running_dockerd() as host:
         os.environ["DOCKER_HOST"] = host
+        # `sm120 build` builds with BuildKit through the Docker CLI on PATH.
+        os.environ["PATH"] = dockerstack.buildkit_path()
         try:
             dockerstack.ensure_base_image()
             yield host
         finally:
-            if saved is None:
-                os.environ.pop("DOCKER_HOST", None)
-            else:
-                os.environ["DOCKER_HOST"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _wheel_args() -> list[str]:
