@@ -10,8 +10,8 @@ from typing import Any
 
 from sm120 import docker_api
 from sm120.errors import SM120Error
-from sm120.images.check import check_image
 from sm120.images.context import build_context, source_root
+from sm120.images.facts import ENGINE_LOCK, TOOLKIT_DIR, load_facts, toolkit_lock_name
 from sm120.images.manifest import (
     BUILD_HASH_LABEL,
     MANIFEST_FILE,
@@ -127,12 +127,16 @@ def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
 
 def require_locks(plan: LaunchPlan) -> None:
     """A build installs from committed locks only: refuse before Docker starts without them."""
-    checked = check_image(source_root(), plan)
-    for lock in ("engine_lock", "toolkit_lock"):
-        if getattr(checked, lock) is None:
-            missing = next(c for c in checked.conflicts if "is missing" in c)
+    root = source_root()
+    facts = load_facts(root / "images" / _context_name(plan))
+    wanted = (
+        root / "images" / _context_name(plan) / ENGINE_LOCK,
+        root / TOOLKIT_DIR / toolkit_lock_name(facts.python),
+    )
+    for path in wanted:
+        if not path.is_file():
             raise BuildRefused(
-                missing.split(":", 1)[0],
+                f"{path.relative_to(root)} is missing",
                 f"make the locks first: sm120 build {plan.recipe} --lock (needs the network)",
             )
 

@@ -26,6 +26,14 @@ _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.M)
 _ARG_DEFAULT = re.compile(r"^ARG\s+(\w+)=(\S+)", re.M)
 
 
+# What making each kind of engine lock needs (none of it is here offline).
+LOCK_NEEDS = {
+    "resolve": "resolved by uv: needs the package index",
+    "capture": "captured from the pinned base: needs Docker and its registry",
+    "ref": "from the engine ref's requirement files: needs git and the network",
+}
+
+
 @dataclass
 class ImageCheck:
     recipe: str
@@ -109,7 +117,8 @@ def check_image(root: Path, plan: LaunchPlan, *, resolve: bool = False) -> Image
         conflicts += _lock_conflicts(facts, text, rel[engine_path], captured)
     else:
         conflicts.append(
-            f"{rel[engine_path]} is missing: make it with 'sm120 build {plan.recipe} --lock'"
+            f"{rel[engine_path]} is missing: make it with 'sm120 build {plan.recipe} --lock' "
+            f"({LOCK_NEEDS[facts.engine.lock_from]})"
         )
     if toolkit_path.is_file():
         conflicts += _lock_conflicts(facts, toolkit_path.read_text(), rel[toolkit_path], False)
