@@ -7,8 +7,13 @@ context) and gets plain data or SDK objects back, so tests can pass a real engin
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import tarfile
-from collections.abc import Callable, Iterator, Mapping
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from sm120.errors import SM120Error
@@ -113,8 +118,13 @@ def get_image(client: Any, ref: str) -> Any | None:
         return None
 
 
+# The Docker CLI a build runs (BuildKit needs it: the SDK speaks only the classic builder,
+# which has no cache mounts). SM120_DOCKER names another one, e.g. a 20.10 CLI with BuildKit
+# built in where no buildx plugin is installed.
+DOCKER_CLI_ENV = "SM120_DOCKER"
+
+
 def build_image(
-    client: Any,
     context: bytes,
     *,
     dockerfile: str,
@@ -125,49 +135,68 @@ def build_image(
     no_cache: bool,
     progress: Progress,
 ) -> str:
-    """Build from an in-memory tar context, streaming Docker's output; return the image id."""
-    stream = client.api.build(
-        fileobj=io.BytesIO(context),
-        custom_context=True,
-        dockerfile=dockerfile,
-        tag=tag,
-        buildargs=dict(buildargs),
-        labels=dict(labels),
-        network_mode=network_mode,
-        nocache=no_cache,
-        rm=True,
-        forcerm=True,
-        decode=True,
-    )
-    image_id, tail = _consume_build_stream(stream, progress)
-    if image_id is None:
-        raise DockerFailure(
-            "the image build failed: " + (tail[-1] if tail else "no output from Docker"),
-            "the lines above show the failing step; fix it and run 'sm120 build' again",
+    """Build with BuildKit from an in-memory tar context, streaming the build's output;
+    return the image id."""
+    cli = os.environ.get(DOCKER_CLI_ENV) or "docker"
+    with tempfile.TemporaryDirectory(prefix="sm120-build-") as tmp:
+        iidfile = Path(tmp) / "iid"
+        argv = [cli, "build", "--progress", "plain", "-f", dockerfile, "-t", tag]
+        argv += ["--iidfile", str(iidfile)]
+        for key, value in sorted(buildargs.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted(labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        if network_mode:
+            argv += ["--network", network_mode]
+        if no_cache:
+            argv.append("--no-cache")
+        argv.append("-")
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        tail = _run_build(argv, context, env, progress)
+        if not iidfile.exists():
+            raise DockerFailure(
+                "the image build failed: " + (tail[-1] if tail else "no output from Docker"),
+                "the lines above show the failing step; fix it and run 'sm120 build' again",
+            )
+        return iidfile.read_text(encoding="utf-8").strip()
+
+
+def _run_build(
+    argv: list[str], context: bytes, env: dict[str, str], progress: Progress
+) -> list[str]:
+    """Run the build, the context on stdin; the last lines of its output."""
+    try:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
-    return image_id
+    except OSError as exc:
+        raise DockerUnavailable(
+            f"cannot run the Docker CLI '{argv[0]}': {exc.strerror}",
+            f"install the docker CLI, or point {DOCKER_CLI_ENV} at one",
+        ) from exc
+    assert process.stdin is not None and process.stdout is not None
 
+    def feed() -> None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(context)
+        except BrokenPipeError:
+            pass
+        finally:
+            process.stdin.close()
 
-def _consume_build_stream(
-    stream: Iterator[dict[str, Any]], progress: Progress
-) -> tuple[str | None, list[str]]:
-    image_id: str | None = None
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
     tail: list[str] = []
-    for chunk in stream:
-        if "error" in chunk:
-            message = str(chunk.get("error", "")).strip()
-            tail.append(message)
-            progress(message)
-            return None, tail
-        text = str(chunk.get("stream", "")).rstrip("\n")
-        for line in text.splitlines():
-            if line.strip():
-                tail = [*tail[-20:], line]
-                progress(line)
-        aux = chunk.get("aux")
-        if isinstance(aux, dict) and "ID" in aux:
-            image_id = str(aux["ID"])
-    return image_id, tail
+    for raw in process.stdout:
+        line = raw.decode(errors="replace").rstrip()
+        if line.strip():
+            tail = [*tail[-20:], line]
+            progress(line)
+    feeder.join()
+    if process.wait() != 0:
+        return tail or ["docker build failed"]
+    return tail
 
 
 def read_file_from_container(container: Any, path: str) -> bytes | None:
@@ -182,3 +211,22 @@ def read_file_from_container(container: Any, path: str) -> bytes | None:
         member = archive.next()
         handle = archive.extractfile(member) if member is not None else None
         return handle.read() if handle else None
+
+
+def run_once(client: Any, image: str, argv: list[str]) -> str:
+    """Run `argv` in a throwaway container of `image` (pulled if missing); its stdout."""
+    if get_image(client, image) is None:
+        try:
+            client.images.pull(image)
+        except Exception as exc:
+            raise DockerFailure(
+                f"cannot pull {image}: {_first_line(exc)}",
+                "this needs the image's registry: run it on a machine that reaches it",
+            ) from exc
+    try:
+        output = client.containers.run(
+            image, argv[1:], entrypoint=[argv[0]], remove=True, network_mode="none"
+        )
+    except Exception as exc:
+        raise DockerFailure(f"{argv[0]} failed in {image}: {_first_line(exc)}", "") from exc
+    return bytes(output).decode()

@@ -59,7 +59,8 @@ class PlanRequest:
     environ: Mapping[str, str] = field(default_factory=dict)
 
 
-# Images sm120 builds are tagged sm120/<recipe>:<plan-hash>.
+# Images sm120 builds are tagged sm120/<recipe>:<image-hash>: one tag per image spec, so
+# `sm120 build`, .env and every compose file name the same image whatever the serve flags.
 BUILT_IMAGE_PREFIX = "sm120/"
 
 
@@ -107,10 +108,15 @@ class LaunchPlan:
         return f"{ref}@{self.image.digest}" if self.image.digest else ref
 
     @property
+    def image_hash(self) -> str:
+        """Identity of the image this plan runs: engine and image spec, not the serve flags."""
+        return _hash({"engine": self.engine, "image": self.image.model_dump()})
+
+    @property
     def image_ref(self) -> str:
         """The image a container of this plan runs."""
         if self.image.build == "dockerfile":
-            return f"{BUILT_IMAGE_PREFIX}{self.recipe}:{self.plan_hash}"
+            return f"{BUILT_IMAGE_PREFIX}{self.recipe}:{self.image_hash}"
         return self.base_image_ref
 
 

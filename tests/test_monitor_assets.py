@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sm120.images.facts import TOOLKIT_PYTHON
 from sm120.monitor.__main__ import main as monitor_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +75,8 @@ def test_overlay_mounts_files_that_exist_and_runs_the_real_entry_point(tmp_path:
             if host.startswith("./"):
                 assert (REPO / host).exists(), host
     argv = services["monitor"]["entrypoint"]
-    assert argv[:3] == ["python3", "-m", "sm120.monitor"]
+    # the toolkit venv: sm120 is not importable from the engine's Python in the images
+    assert argv[:3] == [TOOLKIT_PYTHON, "-m", "sm120.monitor"]
     # The same options parse in the real entry point (with --help it stops after parsing).
     options = [a.replace("${PORT:-8000}", "8000") for a in argv[3:]]
     with pytest.raises(SystemExit) as done:

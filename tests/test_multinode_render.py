@@ -143,7 +143,7 @@ def test_as_dict_has_the_documented_keys() -> None:
     assert set(head) == {"rank", "role", "host", "address", "image", "argv", "env", "services"}
     assert head["host"] == "root@10.0.0.1"
     assert head["address"] == "10.0.0.1"
-    assert head["image"] == plan.image_ref == f"sm120/tiny:{plan.plan_hash}"
+    assert head["image"] == plan.image_ref == f"sm120/tiny:{plan.image_hash}"
 
 
 def test_render_refuses_a_wrong_node_count() -> None:

@@ -49,12 +49,40 @@ def build(
     build_arg: list[str] = typer.Option([], "--build-arg", help="KEY=VALUE over the recipe's."),
     network: str | None = typer.Option(None, "--network", help="Build network (e.g. host)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    write_env: bool = typer.Option(
+        False, "--write-env", help="Put IMAGE, RECIPE and VARIANT into the .env file."
+    ),
+    env_file: Path = typer.Option(Path(".env"), "--env-file", help="The .env --write-env edits."),
+    check: bool = typer.Option(
+        False, "--check", help="Check locks, toolkit isolation and base pins; build nothing."
+    ),
+    resolve_locks: bool = typer.Option(
+        False, "--resolve", help="With --check: resolve the locks again (needs the index)."
+    ),
+    lock: bool = typer.Option(
+        False, "--lock", help="Write the image's engine and toolkit locks (needs the network)."
+    ),
+    refresh_pins: bool = typer.Option(
+        False, "--refresh-pins", help="Pin each base image to its registry digest."
+    ),
 ) -> None:
-    """Build the recipe's image, tagged sm120/RECIPE:PLAN-HASH and labelled with its manifest."""
-    from sm120.images.build import BuildOptions, plan_build
+    """Build the recipe's image, tagged sm120/RECIPE:IMAGE-HASH and labelled with its manifest."""
+    from sm120.images.build import BuildOptions, plan_build, require_locks
     from sm120.images.build import build as build_image
 
     plan = _plan(recipe, variant)
+    if check:
+        _check(plan, resolve_locks, as_json)
+        return
+    if lock:
+        from sm120.images.locking import make_locks
+
+        for path in make_locks(plan, _progress):
+            typer.echo(f"wrote {path}")
+        return
+    if refresh_pins:
+        _refresh_pins(recipe)
+        return
     options = BuildOptions(
         no_cache=no_cache, wheels=tuple(wheel), network=network, build_args=_build_args(build_arg)
     )
@@ -64,14 +92,64 @@ def build(
         return
     from sm120 import docker_api
 
-    client = docker_api.connect()
-    result = build_image(client, plan, options, _progress)
+    require_locks(plan)  # before Docker: a missing lock is the first thing to fix
+    result = build_image(docker_api.connect(), plan, options, _progress)
+    if write_env:
+        from sm120.images.envfile import set_values
+
+        variants = ",".join(plan.variants)
+        set_values(env_file, {"IMAGE": result.tag, "RECIPE": plan.recipe, "VARIANT": variants})
+        typer.echo(f"wrote IMAGE={result.tag} to {env_file}", err=True)
     if as_json:
         summary = {"tag": result.tag, "image_id": result.image_id, "reused": result.reused}
         typer.echo(json.dumps(summary))
     else:
         verb = "reused" if result.reused else "built"
         typer.echo(f"{result.tag}  ({verb} {result.image_id[:19]})")
+
+
+def _check(plan, resolve_locks: bool, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from sm120.images.check import check_image
+    from sm120.images.context import source_root
+
+    checked = check_image(source_root(), plan, resolve=resolve_locks)
+    if as_json:
+        typer.echo(json.dumps(checked.as_dict(), indent=2))
+    else:
+        for key, value in checked.as_dict().items():
+            if key not in ("conflicts", "ok"):
+                typer.echo(f"{key:<19}{json.dumps(value) if isinstance(value, dict) else value}")
+        for conflict in checked.conflicts:
+            typer.echo(f"conflict           {conflict}")
+    if not checked.ok:
+        raise typer.Exit(1)
+
+
+def _refresh_pins(recipe: str) -> None:
+    import httpx
+
+    from sm120.images.context import source_root
+    from sm120.images.pins import refresh_pins
+    from sm120.recipe.loader import load_recipe
+
+    loaded = load_recipe(recipe)
+    specs = [loaded.image, *(v.image for v in loaded.variants.values() if v.image is not None)]
+    bases = sorted(
+        {(s.name, s.tag, s.context) for s in specs if s.build == "dockerfile" and s.context}
+    )
+    with httpx.Client(timeout=30, follow_redirects=True) as client:
+        for pinned in refresh_pins(source_root(), recipe, bases, client):
+            typer.echo(f"{pinned.ref}@{pinned.digest}  ({', '.join(pinned.files)})")
+
+
+def _image_caches(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Where the plan's image writes caches (its image.yaml); none for a published image."""
+    if plan.image.build != "dockerfile" or not plan.image.context:
+        return {}
+    from sm120.images.context import source_root
+    from sm120.images.facts import load_facts
+
+    return dict(load_facts(source_root() / "images" / plan.image.context).caches)
 
 
 def _progress(line: str) -> None:
@@ -111,7 +189,7 @@ def compose(
 
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
     plan = resolve(PlanRequest(recipe=recipe, variants=variants, model_dir=model_dir, port=port))
-    text = render_compose_file(plan)
+    text = render_compose_file(plan, _image_caches(plan))
     if output is None:
         typer.echo(text, nl=False)
     else:

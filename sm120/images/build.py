@@ -11,6 +11,7 @@ from typing import Any
 from sm120 import docker_api
 from sm120.errors import SM120Error
 from sm120.images.context import build_context, source_root
+from sm120.images.facts import ENGINE_LOCK, TOOLKIT_DIR, load_facts, toolkit_lock_name
 from sm120.images.manifest import (
     BUILD_HASH_LABEL,
     MANIFEST_FILE,
@@ -124,8 +125,25 @@ def _base_digest(client: Any, base: str, progress: Progress) -> str | None:
     return str(image.id)
 
 
+def require_locks(plan: LaunchPlan) -> None:
+    """A build installs from committed locks only: refuse before Docker starts without them."""
+    root = source_root()
+    facts = load_facts(root / "images" / _context_name(plan))
+    wanted = (
+        root / "images" / _context_name(plan) / ENGINE_LOCK,
+        root / TOOLKIT_DIR / toolkit_lock_name(facts.python),
+    )
+    for path in wanted:
+        if not path.is_file():
+            raise BuildRefused(
+                f"{path.relative_to(root)} is missing",
+                f"make the locks first: sm120 build {plan.recipe} --lock (needs the network)",
+            )
+
+
 def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progress) -> BuildResult:
     described, _ = plan_build(plan, options)
+    require_locks(plan)
     if not options.no_cache:
         existing = find_built(client, plan, described.build_hash)
         if existing is not None:
@@ -135,6 +153,7 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
     digest = _base_digest(client, described.base, progress)
     manifest = make_manifest(
         plan,
+        tag=described.tag,
         build_id=described.build_hash,
         base_digest=digest,
         patches=patch_entries(source_root() / "images" / _context_name(plan)),
@@ -146,7 +165,6 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
         generated={MANIFEST_FILE: (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()},
     )
     image_id = docker_api.build_image(
-        client,
         context.tar,
         dockerfile=described.dockerfile,
         tag=described.tag,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120.errors import SM120Error
+from sm120.images.facts import ENGINE_LOCK, FACTS_FILE, TOOLKIT_DIR
 
 # What every image carries besides its own context: the package (for the container
 # entrypoint and `sm120 info` inside), the recipes, and launch/. They travel under one folder
@@ -67,6 +68,13 @@ def _entries(root: Path, context: str, wheels: Iterable[Path]) -> list[tuple[str
         (f"{PAYLOAD_DIR}/{name}", path) for rel in SHARED_PATHS for name, path in _walk(root, rel)
     ]
     entries += list(_walk(root, f"images/{context}"))
+    # The toolkit's locks and installer, and what the image's checks read at build time.
+    entries += [(f"{PAYLOAD_DIR}/{name}", path) for name, path in _walk(root, TOOLKIT_DIR)]
+    entries += [
+        (f"{PAYLOAD_DIR}/images/{context}/{name}", context_dir / name)
+        for name in (FACTS_FILE, ENGINE_LOCK)
+        if (context_dir / name).is_file()
+    ]
     for wheel in sorted(wheels):
         if not wheel.is_file() or wheel.suffix != ".whl":
             raise BuildContextError(f"{wheel} is not a wheel file", "pass .whl files to --wheel")

@@ -22,7 +22,7 @@ MANIFEST_FILE = "manifest.json"
 MANIFEST_LABEL = "sm120.manifest"
 BUILD_HASH_LABEL = "sm120.build-hash"
 RECIPE_LABEL = "sm120.recipe"
-MANIFEST_SCHEMA = 1
+MANIFEST_SCHEMA = 2
 
 
 def base_build_args(plan: LaunchPlan) -> dict[str, str]:
@@ -54,6 +54,7 @@ def patch_entries(context_dir: Path) -> list[dict[str, Any]]:
 def make_manifest(
     plan: LaunchPlan,
     *,
+    tag: str,
     build_id: str,
     base_digest: str | None,
     patches: list[dict[str, Any]],
@@ -65,6 +66,8 @@ def make_manifest(
         "recipe": plan.recipe,
         "variants": list(plan.variants),
         "build_hash": build_id,
+        # What the entrypoint compares a .env's plan against: the tag it would need.
+        "tag": tag,
         "base": {"ref": plan.base_image_ref, "digest": base_digest},
         "engine": {
             "name": plan.engine,

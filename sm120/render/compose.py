@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sm120.plan import LaunchPlan
@@ -19,15 +20,30 @@ def labels(plan: LaunchPlan) -> dict[str, str]:
     }
 
 
-def render_compose_service(plan: LaunchPlan) -> dict[str, Any]:
+# json-file rotation: an engine at debug level writes gigabytes a day otherwise.
+LOGGING = {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5"}}
+# SIGTERM to SIGKILL: the engine's workers tear down NCCL and free GPU memory in between.
+STOP_GRACE_PERIOD = "2m"
+
+
+def cache_volumes(caches: dict[str, str]) -> dict[str, str]:
+    """Container cache path -> the named volume that keeps it between starts."""
+    return {path: re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") for path in sorted(caches)}
+
+
+def render_compose_service(
+    plan: LaunchPlan, caches: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`caches`: where the plan's image writes caches (its image.yaml), kept in volumes."""
     argv = render_argv(plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host="0.0.0.0")
     service: dict[str, Any] = {
         "image": plan.image_ref,
+        # A built image exists only here; a published one may be pulled.
+        "pull_policy": "never" if plan.image.build == "dockerfile" else "missing",
         "entrypoint": [argv[0]],
         "command": argv[1:],
         "environment": render_env(plan),
         "ipc": "host",
-        "shm_size": plan.image.shm_size,
         "ulimits": {"memlock": -1, "stack": 67108864},
         "labels": labels(plan),
         # Bind the published port to loopback unless the plan asks for another address.
@@ -46,9 +62,13 @@ def render_compose_service(plan: LaunchPlan) -> dict[str, Any]:
             "retries": 3,
             "start_period": f"{plan.timeouts.ready_s}s",
         },
+        "stop_grace_period": STOP_GRACE_PERIOD,
+        "logging": LOGGING,
     }
-    if plan.model_dir:
-        service["volumes"] = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"]
+    volumes = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"] if plan.model_dir else []
+    volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}).items()]
+    if volumes:
+        service["volumes"] = volumes
     if plan.hardware.gpus > 0:
         service["deploy"] = {
             "resources": {
@@ -62,11 +82,13 @@ def render_compose_service(plan: LaunchPlan) -> dict[str, Any]:
     return service
 
 
-def render_compose_file(plan: LaunchPlan) -> str:
+def render_compose_file(plan: LaunchPlan, caches: dict[str, str] | None = None) -> str:
     """A standalone compose file for one plan: the resolved command baked in, no .env."""
     import yaml  # deferred: renderers stay importable without it
 
-    document = {"services": {"server": render_compose_service(plan)}}
+    document: dict[str, Any] = {"services": {"server": render_compose_service(plan, caches)}}
+    if caches:
+        document["volumes"] = {name: None for name in cache_volumes(caches).values()}
     header = (
         f"# sm120 compose {plan.recipe}: plan {plan.plan_hash}"
         f"{' (variants ' + ','.join(plan.variants) + ')' if plan.variants else ''}.\n"

@@ -187,3 +187,24 @@ def remove_containers(label: str) -> None:
 
 def containers_with(label: str) -> list[str]:
     return _docker("ps", "-aq", "--filter", f"label={label}").stdout.split()
+
+
+def buildkit_path() -> str:
+    """PATH with a Docker CLI that builds with BuildKit first: the 20.10 CLI of Debian's
+    docker.io has it built in; a newer CLI without the buildx plugin cannot (sm120 build
+    runs `docker build` with DOCKER_BUILDKIT=1)."""
+    path = os.environ.get("PATH", "")
+    cli = shutil.which("docker")
+    if cli is not None and _has_buildx(cli):
+        return path
+    return f"/usr/bin:{path}" if Path("/usr/bin/docker").is_file() else path
+
+
+def _has_buildx(cli: str) -> bool:
+    try:
+        found = subprocess.run(
+            [cli, "buildx", "version"], capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode == 0

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from sm120.plan import PlanRequest, resolve
 from tests.conftest import REPO
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120
@@ -30,17 +31,20 @@ LOCAL_WHEELS = Path("/opt/wheels")
 
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
-    saved = os.environ.get("DOCKER_HOST")
+    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", "PATH")}
     with dockerstack.running_dockerd() as host:
         os.environ["DOCKER_HOST"] = host
+        # `sm120 build` builds with BuildKit through the Docker CLI on PATH.
+        os.environ["PATH"] = dockerstack.buildkit_path()
         try:
             dockerstack.ensure_base_image()
             yield host
         finally:
-            if saved is None:
-                os.environ.pop("DOCKER_HOST", None)
-            else:
-                os.environ["DOCKER_HOST"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _wheel_args() -> list[str]:
@@ -50,8 +54,8 @@ def _wheel_args() -> list[str]:
     return ["--wheel", str(wheels[-1]), "--build-arg", "TORCH_INDEX_URL="]
 
 
-def _build(home: Path) -> dict[str, Any]:
-    args = ["build", "tiny", *_wheel_args(), "--network", "host", "--json"]
+def _build(home: Path, *extra: str) -> dict[str, Any]:
+    args = ["build", "tiny", *_wheel_args(), "--network", "host", "--json", *extra]
     result = sm120(home, *args, timeout=3000)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(json.loads(result.stdout))
@@ -65,10 +69,16 @@ def tiny_image(docker_host: str, tmp_path_factory: pytest.TempPathFactory) -> di
 def test_build_reuses_a_matching_image_and_info_reads_its_manifest(
     tiny_image: dict[str, Any], tmp_path: Path
 ) -> None:
-    again = _build(tmp_path)
+    env_file = tmp_path / ".env"
+    env_file.write_text("# mine\nPORT=8123\n")
+    again = _build(tmp_path, "--write-env", "--env-file", str(env_file))
     assert again["reused"] is True
     assert again["image_id"] == tiny_image["image_id"]
-    assert again["tag"].startswith("sm120/tiny:")
+    # the one tag: what build prints, what --write-env writes, what compose would run
+    assert again["tag"] == tiny_image["tag"] == resolve(PlanRequest(recipe="tiny")).image_ref
+    assert (
+        env_file.read_text() == f"# mine\nPORT=8123\nIMAGE={again['tag']}\nRECIPE=tiny\nVARIANT=\n"
+    )
     info = sm120(tmp_path, "info", "tiny", "--json")
     assert info.returncode == 0, info.stderr
     manifest = json.loads(info.stdout)["manifest"]

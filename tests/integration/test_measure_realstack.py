@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sm120.plan import PlanRequest, resolve
 from tests.integration.realstack import engine_processes, free_port, port_is_free, sm120, state_of
 
 pytestmark = pytest.mark.integration
@@ -77,7 +78,8 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     assert report["tools"]["vllm bench serve"].startswith("engine venv ")
     # runs compare by the image the plan names and the plan hash (flags, env, model)
     plan_hash = state_of(home)["plan_hash"]  # type: ignore[index]
-    assert report["key"] == f"sm120/tiny:{plan_hash}|{plan_hash}"
+    image = resolve(PlanRequest(recipe="tiny")).image_ref  # one tag per image spec
+    assert report["key"] == f"{image}|{plan_hash}"
     assert report["max_model_len"] == 1024
     decode = report["decode"]
     assert decode["tool"] == "vllm bench serve" and decode["failed"] == 0
