@@ -28,6 +28,7 @@ class FlagSpec:
     type: str
     choices_key: str | None = None
     minimum: int | None = None
+    maximum: int | None = None  # None: the 32-bit limit of rule S04 (counts and lengths)
     negatable: bool = False
 
 
@@ -74,6 +75,7 @@ def engine_flags(engine: str) -> EngineFlags:
             type=spec["type"],
             choices_key=spec.get("choices"),
             minimum=spec.get("min"),
+            maximum=spec.get("max"),
             negatable=bool(spec.get("negatable", False)),
         )
         for name, spec in raw["flags"].items()

@@ -113,13 +113,14 @@ def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         spec = flags.get(name)
         if spec is None or spec.minimum is None or not isinstance(value, int):
             continue
+        highest = INT32_MAX if spec.maximum is None else spec.maximum
         if value < spec.minimum:
             yield f"{name} must be at least {spec.minimum}, got {value}"
-        elif value > INT32_MAX:
+        elif value > highest:
             shown = (
                 str(value) if value < 10**24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
             )
-            yield f"{name} must be at most {INT32_MAX}, got {shown}"
+            yield f"{name} must be at most {highest}, got {shown}"
 
 
 @rule("S05", "error", "memory fraction between 0 and 1")

@@ -177,7 +177,7 @@ def test_bounds_are_sane() -> None:
         (
             ("launch", "tiny", "--dry-run", "--gpus", "1" + "0" * 30),
             "Error: --gpus must be 64 or less, got 100000000000... (31 digits) "
-            "(hint: e.g. --gpus 4)",
+            "(hint: 0 for a CPU-only machine, e.g. --gpus 4)",
         ),
         (
             ("plan", "glm52", "--gpus", "8", "--kv-memory-gib", "nan"),
@@ -489,18 +489,6 @@ def test_a_device_as_env_file_is_bounded(cli: CliRunner) -> None:
     assert (code, one_line_error(err)) == (
         2,
         "Error: .env file /dev/zero is larger than 256 KiB (hint: check --env-file)",
-    )
-
-
-def test_the_container_entrypoint_refuses_a_misspelled_setting() -> None:
-    from launch.entrypoint import container_argv
-    from sm120.errors import PlanError
-
-    with pytest.raises(PlanError) as caught:
-        container_argv({"RECIPE": "tiny", "MAX_MODEL_LENN": "512", "HOSTNAME": "c0ffee"})
-    assert caught.value.one_line() == (
-        f"unknown setting 'MAX_MODEL_LENN' in .env; did you mean 'MAX_MODEL_LEN'? "
-        f"(hint: {_ENV_TYPO_HINT})"
     )
 
 

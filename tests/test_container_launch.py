@@ -119,11 +119,23 @@ def test_entrypoint_refuses_an_engine_the_image_does_not_carry(
 
 
 def test_entrypoint_rejects_a_misspelt_env_key(image_files: dict[str, Path]) -> None:
+    """A near miss of a setting is caught where `sm120 launch` catches it, in resolution."""
     image_files["dotenv"].write_text("RECIPE=glm52\nDCP_SZIE=2\n")
     result = entrypoint(image_files, {})
     assert result.returncode == 2
     assert result.stderr == (
-        f"Error: {image_files['dotenv']}: unknown key 'DCP_SZIE'; did you mean 'DCP_SIZE'? "
+        "Error: unknown setting 'DCP_SZIE' in .env; did you mean 'DCP_SIZE'? (hint: fix the "
+        "name (see .env.example); a misspelled setting would be ignored)\n"
+    )
+
+
+def test_entrypoint_rejects_a_key_nothing_reads(image_files: dict[str, Path]) -> None:
+    """Further from every setting, a key is still refused: no reader of the .env knows it."""
+    image_files["dotenv"].write_text("RECIPE=glm52\nTURBO_MODE=1\n")
+    result = entrypoint(image_files, {})
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"Error: {image_files['dotenv']}: unknown key 'TURBO_MODE'")
+    assert result.stderr.endswith(
         "(hint: .env.example lists the settings; engine variables must be ones the image's "
         "engine reads)\n"
     )

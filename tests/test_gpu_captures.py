@@ -40,7 +40,7 @@ def test_doctor_reads_the_four_h200s_and_their_nvlink(cli: CliRunner) -> None:
 
 
 def test_log_parser_follows_a_real_cuda_start_to_ready_and_its_stats() -> None:
-    events = parse_text((DATA / "vllm_logs" / "v0.26.0_h200_tiny_gpu.log").read_text())
+    events = parse_text((DATA / "gpu_proof" / "engine-v0.26.0-h200-tiny-gpu.log").read_text())
     kv = [e for e in events if isinstance(e, KvCache)]
     assert [(e.tokens, e.device) for e in kv] == [(4194304, "GPU")]
     assert any(isinstance(e, Ready) for e in events)

@@ -40,7 +40,11 @@ def _built_plans() -> list[tuple[str, tuple[str, ...]]]:
         recipe = load_recipe(name)
         if recipe.image.build == "dockerfile":
             found.append((name, ()))
-        found += [(name, (v,)) for v, spec in recipe.variants.items() if spec.image is not None]
+        found += [
+            (name, (v,))
+            for v, spec in recipe.variants.items()
+            if spec.image is not None and spec.image.build == "dockerfile"
+        ]
     return found
 
 

@@ -264,7 +264,11 @@ def _contexts() -> list[tuple[str, str | None]]:
     for name in recipe_names():
         recipe = load_recipe(name)
         found.append((name, None))
-        found += [(name, variant) for variant, spec in recipe.variants.items() if spec.image]
+        found += [
+            (name, variant)
+            for variant, spec in recipe.variants.items()
+            if spec.image and spec.image.build == "dockerfile"
+        ]
     return found
 
 

@@ -47,6 +47,8 @@ _MAX_TOKENS = Bound(1, MAX_TOKENS, "or leave it out")
 BOUNDS: dict[str, Bound] = {
     "--port": _PORT,
     "--gpus": Bound(1, MAX_GPUS, "e.g. --gpus 4"),
+    # launch checks a plan against declared hardware: 0 GPUs is a CPU-only machine (tiny)
+    "launch --gpus": Bound(0, MAX_GPUS, "0 for a CPU-only machine, e.g. --gpus 4"),
     "launch --timeout": Bound(1, 7 * DAY_S, "seconds to wait for READY, e.g. --timeout 3600"),
     "stop --timeout": Bound(0, DAY_S, "seconds before SIGKILL, e.g. --timeout 30"),
     "--gate-max-tokens": _MAX_TOKENS,
