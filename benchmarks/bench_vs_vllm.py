@@ -34,11 +34,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sm120.measure.bench import BenchOptions, run_bench
-from sm120.measure.target import target_for_deployment
+from sm120.measure.target import Target, target_for_deployment
 
 # `vllm bench serve`'s random prompts are runs of consecutive token ids; on the tiny model's
 # 512-id vocabulary a run's prompt often starts where an earlier one did, and the prefix cache
@@ -141,27 +142,51 @@ def report(
 def compare(
     home: Path, lengths: tuple[int, ...], args: argparse.Namespace
 ) -> tuple[dict[str, Any], Positions]:
-    target = target_for_deployment(None)
+    return run_rounds(
+        target_for_deployment(None),
+        home,
+        rounds=args.rounds,
+        lengths=lengths,
+        decode_tokens=args.decode_tokens,
+        requests=args.requests,
+        report=lambda line: print(line, file=sys.stderr),
+    )
+
+
+def run_rounds(
+    target: Target,
+    home: Path,
+    *,
+    rounds: int,
+    lengths: tuple[int, ...],
+    decode_tokens: int,
+    requests: int,
+    report: Callable[[str], None],
+    vllm_python: str | None = None,
+) -> tuple[dict[str, Any], Positions]:
+    """Rounds of both tools, the one that goes first swapped every round; each figure's
+    samples per side, and each prompt length's TTFTs by place in the run."""
     samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
     positions: Positions = {"vllm": {}, "sm120": {}}
-    for number in range(1, args.rounds + 1):
+    for number in range(1, rounds + 1):
         for tool in ("vllm", "ours") if number % 2 else ("ours", "vllm"):
             options = BenchOptions(
                 mode="quick",
                 tool=tool,
                 lengths=lengths,
                 concurrency=(),
-                decode_tokens=args.decode_tokens,
-                requests=args.requests,
+                decode_tokens=decode_tokens,
+                requests=requests,
+                vllm_python=vllm_python,
             )
-            report = run_bench(target, options, lambda _line: None, home / "runs" / str(number))
+            found = run_bench(target, options, lambda _line: None, home / "runs" / str(number))
             side = "vllm" if tool == "vllm" else "sm120"
-            for name, value in figures(report).items():
+            for name, value in figures(found).items():
                 samples[side].setdefault(name, []).append(value)
-            for point in report["prefill"]:
+            for point in found["prefill"]:
                 runs = positions[side].setdefault(point["prompt_tokens"], [])
                 runs.append(point.get("ttfts_ms") or [])
-            print(f"round {number} {side}: {figures(report)}", file=sys.stderr)
+            report(f"round {number} {side}: {figures(found)}")
     return samples, positions
 
 

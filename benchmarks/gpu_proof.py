@@ -43,10 +43,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sm120.plan import PlanRequest
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_vs_vllm import figures, ratio_interval  # noqa: E402
+import bare_engine  # noqa: E402
+from bench_vs_vllm import ratio_interval, run_rounds  # noqa: E402
 from reduced_models import write_reduced  # noqa: E402
 
 STEPS = ("facts", "captures", "doctor", "launch", "bench", "planner")
@@ -163,53 +166,8 @@ def tiny_model(args: argparse.Namespace, work: Path) -> Path:
 
 
 def bare_ready(args: argparse.Namespace, model: Path, cache: Path, key: str) -> float:
-    """`vllm serve` with the command line and environment sm120 renders (the same API key:
-    vLLM hashes VLLM_API_KEY into its compile-cache key), timed to its first chat answer."""
-    import httpx
-
-    from sm120.plan import PlanRequest, resolve
-    from sm120.render.argv import render_argv
-    from sm120.render.environment import render_env
-
-    port = free_port()
-    request = PlanRequest(
-        recipe="tiny", variants=("gpu",), model_dir=str(model), port=port, sets=LAUNCH_SETS
-    )
-    plan = resolve(request)
-    argv = render_argv(plan, python=args.vllm_python)
-    env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
-    env.pop("VLLM_PYTHON", None)  # sm120 keeps its own setting out of the engine's environment
-    started = time.perf_counter()
-    engine = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if engine.poll() is not None:
-                raise RuntimeError(f"bare engine exited with {engine.returncode}")
-            time.sleep(0.25)
-        answer = httpx.post(
-            f"{base}/v1/chat/completions",
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=120,
-            json={
-                "model": "tiny",
-                "max_tokens": 16,
-                "temperature": 0,
-                "messages": [{"role": "user", "content": "Reply with exactly: READY"}],
-            },
-        )
-        answer.raise_for_status()
-        return time.perf_counter() - started
-    finally:
-        os.killpg(engine.pid, signal.SIGTERM)
-        engine.wait(timeout=60)
+    request = PlanRequest(recipe="tiny", variants=("gpu",), model_dir=str(model), sets=LAUNCH_SETS)
+    return bare_engine.bare_ready(args.vllm_python, request, cache, key)
 
 
 # The bench compares prefill, so the prefix cache is off (benchmarks/bench_vs_vllm.py).
@@ -280,30 +238,22 @@ def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from sm120.measure.bench import BenchOptions, run_bench
     from sm120.measure.target import target_for_deployment
 
     home = work / "home"
     os.environ.update(sm120_env(home, args.vllm_python))
-    samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
     try:
         target = target_for_deployment(None)
-        for number in range(1, args.bench_rounds + 1):
-            for tool in ("vllm", "ours") if number % 2 else ("ours", "vllm"):
-                options = BenchOptions(
-                    mode="quick",
-                    tool=tool,
-                    lengths=LENGTHS,
-                    concurrency=(),
-                    decode_tokens=128,
-                    requests=args.bench_requests,
-                    vllm_python=args.vllm_python,
-                )
-                report = run_bench(target, options, lambda _l: None, home / "runs" / str(number))
-                side = "vllm" if tool == "vllm" else "sm120"
-                for name, value in figures(report).items():
-                    samples[side].setdefault(name, []).append(value)
-                log(f"bench round {number} {side}: {figures(report)}")
+        samples, _ = run_rounds(
+            target,
+            home,
+            rounds=args.bench_rounds,
+            lengths=LENGTHS,
+            decode_tokens=128,
+            requests=args.bench_requests,
+            vllm_python=args.vllm_python,
+            report=log,
+        )
         capture_metrics(target.base_url, target.api_key, work)
     finally:
         capture_engine_log(home, work)

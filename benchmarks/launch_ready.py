@@ -2,8 +2,9 @@
 
 Both are timed from process start until the server answers /health with 200 AND one chat
 completion has returned (sm120's READY includes exactly that smoke test). Pairs alternate on
-the same machine with the torch.compile cache kept (warm); then one cold start (a fresh
-VLLM_CACHE_ROOT) is compared with a warm one.
+the same machine with the torch.compile cache kept (warm) and one API key for both sides
+(benchmarks/bare_engine.py says why); then one cold start (a fresh VLLM_CACHE_ROOT) is
+compared with a warm one.
 
 Run: VLLM_PYTHON=... python benchmarks/launch_ready.py [--pairs 3]
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -20,56 +20,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from bare_engine import bare_ready, free_port
 
-from sm120.plan import PlanRequest, resolve
-from sm120.render.argv import render_argv
-from sm120.render.environment import render_env
+from sm120.plan import PlanRequest
 from sm120.tiny_model import ensure_tiny_model
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+# One key for both sides and every start: vLLM hashes VLLM_API_KEY into its compile-cache key
+# (benchmarks/bare_engine.py), and a deployment keeps its key from one launch to the next.
+KEY = "launch-ready-fixed-key"
 
 
 def bare_start(python: str, model: Path, cache: Path) -> float:
-    port = free_port()
-    plan = resolve(PlanRequest(recipe="tiny", model_dir=str(model), port=port))
-    argv = render_argv(plan, python=python)
-    env = {**os.environ, **render_env(plan), "VLLM_CACHE_ROOT": str(cache)}
-    started = time.perf_counter()
-    engine = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if engine.poll() is not None:
-                raise SystemExit(f"bare engine exited with {engine.returncode}")
-            time.sleep(0.5)
-        httpx.post(
-            f"{base}/v1/chat/completions",
-            timeout=120,
-            json={
-                "model": "tiny",
-                "max_tokens": 16,
-                "temperature": 0,
-                "messages": [{"role": "user", "content": "Reply with exactly: READY"}],
-            },
-        )
-        return time.perf_counter() - started
-    finally:
-        os.killpg(engine.pid, signal.SIGTERM)
-        engine.wait(timeout=60)
+    request = PlanRequest(recipe="tiny", model_dir=str(model))
+    return bare_ready(python, request, cache, KEY)
 
 
 def sm120_start(model: Path, cache: Path, home: Path) -> float:
@@ -87,6 +50,8 @@ def sm120_start(model: Path, cache: Path, home: Path) -> float:
             str(port),
             "--model-dir",
             str(model),
+            "--api-key",
+            KEY,
         ],
         env=env,
         capture_output=True,
@@ -118,7 +83,7 @@ def main() -> None:
         order = ("sm120", "bare") if index % 2 == 0 else ("bare", "sm120")
         for which in order:
             if which == "sm120":
-                ours.append(sm120_start(model, warm_cache, work / f"home{index}"))
+                ours.append(sm120_start(model, warm_cache, work / "home"))
             else:
                 bare.append(bare_start(python, model, warm_cache))
         print(f"pair {index + 1}: sm120 {ours[-1]:.1f}s  bare {bare[-1]:.1f}s", flush=True)

@@ -208,3 +208,22 @@ def _has_buildx(cli: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return found.returncode == 0
+
+
+@contextlib.contextmanager
+def docker_session() -> Iterator[str]:
+    """A running dockerd with the base image, DOCKER_HOST pointing at it and a BuildKit-capable
+    `docker` first on PATH (`sm120 build` builds through the CLI); both restored after."""
+    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", "PATH")}
+    with running_dockerd() as host:
+        os.environ["DOCKER_HOST"] = host
+        os.environ["PATH"] = buildkit_path()
+        try:
+            ensure_base_image()
+            yield host
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value

@@ -31,20 +31,8 @@ LOCAL_WHEELS = Path("/opt/wheels")
 
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
-    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", "PATH")}
-    with dockerstack.running_dockerd() as host:
-        os.environ["DOCKER_HOST"] = host
-        # `sm120 build` builds with BuildKit through the Docker CLI on PATH.
-        os.environ["PATH"] = dockerstack.buildkit_path()
-        try:
-            dockerstack.ensure_base_image()
-            yield host
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with dockerstack.docker_session() as host:
+        yield host
 
 
 def _wheel_args() -> list[str]:

@@ -7,7 +7,6 @@ Every file of the engine's site-packages is hashed before and after the stage.""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -36,19 +35,8 @@ SNAPSHOT = (
 
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
-    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", "PATH")}
-    with dockerstack.running_dockerd() as host:
-        os.environ["DOCKER_HOST"] = host
-        os.environ["PATH"] = dockerstack.buildkit_path()
-        try:
-            dockerstack.ensure_base_image()
-            yield host
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with dockerstack.docker_session() as host:
+        yield host
 
 
 def _toolkit_segment(context: str) -> str:
