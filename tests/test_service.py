@@ -59,6 +59,7 @@ CASES = {
         launch_args=("--env-file", "my env/.env", "--set", "max-model-len=4096"),
         env_file="/home/user/serve/my env/.env",
         working_dir="/home/user/my serve",
+        home="/home/user/state $x 50%",
     ),
 }
 
@@ -133,7 +134,15 @@ def _verify(text: str, tmp_path: Path, system: bool) -> subprocess.CompletedProc
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_systemd_analyze_verifies_the_unit(case: str, tmp_path: Path) -> None:
     # verify checks that ExecStart's program exists: point it at this interpreter.
-    request = replace(CASES[case], executable=(sys.executable, "-m", "sm120"), working_dir="/")
+    # It also checks WorkingDirectory exists: a real one, spaces and all.
+    folder = tmp_path / "my serve"
+    folder.mkdir()
+    request = replace(
+        CASES[case],
+        executable=(sys.executable, "-m", "sm120"),
+        working_dir=str(folder),
+        home=str(tmp_path / "state $HOME 50%"),
+    )
     done = _verify(render_unit(request), tmp_path, request.system)
     assert done.returncode == 0, done.stderr
     # It only warns (rc 0) about a setting it ignores: none may be ignored.
@@ -251,8 +260,7 @@ def test_a_foreign_unit_is_neither_overwritten_nor_removed(
         ),
         (
             ("print", "tiny", "--bogus"),
-            "Error: not a launch option: No such option: --bogus (hint: see 'sm120 launch "
-            "--help')",
+            "Error: not a launch option: No such option: --bogus (hint: see 'sm120 launch --help')",
         ),
         (
             ("print", "tiny", "--name", "a/b"),

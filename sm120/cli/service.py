@@ -52,7 +52,6 @@ def _single(function: Any) -> typer.Typer:
 
 
 def _service_request(recipe: str, args: list[str], system: bool) -> ServiceRequest:
-    import os
     import sys
 
     from sm120.cli.launch import _check_runtime, _request
@@ -85,7 +84,7 @@ def _service_request(recipe: str, args: list[str], system: bool) -> ServiceReque
         runtime=params["runtime"],
         ready_timeout_s=params["timeout"] or plan.timeouts.ready_s,
         home=str(sm120_home().resolve()),
-        working_dir=os.getcwd(),
+        working_dir=str(Path.cwd()),
         env_file=str(Path(env_file).resolve()) if env_file else None,
         system=system,
     )
@@ -110,8 +109,8 @@ def install(
     context: typer.Context,
     recipe: str = typer.Argument(..., help="Recipe to serve, as for 'sm120 launch'."),
     system: bool = typer.Option(False, "--system", help=SYSTEM_HELP),
-    now: bool = typer.Option(False, "--now", help="Also run systemctl daemon-reload, enable --now."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the path and unit; write nothing."),
+    now: bool = typer.Option(False, "--now", help="Also run the systemctl commands it prints."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print path and unit; write nothing."),
 ) -> None:
     """Write the unit (0644), then print the systemctl commands that start it."""
     import os
@@ -152,8 +151,8 @@ def uninstall(
 
     from sm120.lifecycle.service import (
         check_system_install,
-        is_ours,
         disable_command,
+        is_ours,
         systemctl_commands,
         uninstall_unit,
         unit_dir,

@@ -83,21 +83,30 @@ def refuse_uncarried(flags: list[str]) -> None:
             )
 
 
-def systemd_quote(arg: str) -> str:
-    """One ExecStart word: systemd splits on spaces and expands % and $, no shell."""
-    if any(ord(char) < 32 or ord(char) == 127 for char in arg):
-        raise ServiceError(
-            f"argument {arg!r} has a control character", "pass plain text to the service"
-        )
-    escaped = arg.replace("%", "%%").replace("$", "$$")
+def systemd_quote(arg: str, *, expands_variables: bool = True) -> str:
+    """One ExecStart word (or Environment= assignment): systemd splits on spaces, expands
+    % specifiers (and $VARIABLES in ExecStart), and runs no shell."""
+    _refuse_control(arg)
+    escaped = arg.replace("%", "%%")
+    if expands_variables:
+        escaped = escaped.replace("$", "$$")
     if escaped and not any(char in escaped for char in " \t\"'\\;"):
         return escaped
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _setting_value(value: str) -> str:
-    """A path or assignment in a unit setting: specifiers escaped, quoted when spaced."""
-    return systemd_quote(value)
+def _path_value(path: str) -> str:
+    """WorkingDirectory=/EnvironmentFile= take the rest of the line as is: no quoting,
+    only specifiers are expanded."""
+    _refuse_control(path)
+    return path.replace("%", "%%")
+
+
+def _refuse_control(text: str) -> None:
+    if any(ord(char) < 32 or ord(char) == 127 for char in text):
+        raise ServiceError(
+            f"argument {text!r} has a control character", "pass plain text to the service"
+        )
 
 
 def exec_start(request: ServiceRequest) -> list[str]:
@@ -139,13 +148,13 @@ def render_unit(request: ServiceRequest) -> str:
         # READY=1 is sent by the launcher once the smoke test passed.
         "Type=notify",
         f"ExecStart={' '.join(systemd_quote(arg) for arg in exec_start(request))}",
-        f"WorkingDirectory={_setting_value(request.working_dir)}",
-        f"Environment={_setting_value('SM120_HOME=' + request.home)}",
+        f"WorkingDirectory={_path_value(request.working_dir)}",
+        f"Environment={systemd_quote('SM120_HOME=' + request.home, expands_variables=False)}",
         "Environment=PYTHONUNBUFFERED=1",
     ]
     if request.env_file:
         # "-": a missing file is not an error (launch then runs without it).
-        unit.append(f"EnvironmentFile=-{request.env_file.replace('%', '%%')}")
+        unit.append(f"EnvironmentFile=-{_path_value(request.env_file)}")
     unit += [
         "Restart=on-failure",
         f"RestartSec={RESTART_SEC}",

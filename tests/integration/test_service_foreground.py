@@ -36,11 +36,12 @@ class Foreground:
         self.notify.bind(str(tmp_path / "notify.sock"))
         self.err_path = tmp_path / "stderr.log"
         env = {**cli_env(self.home), "NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+        command = [sys.executable, "-m", "sm120", "launch", "tiny", "--port", str(self.port)]
+        command += ["--model-dir", str(tiny_model), "--foreground"]
         # stderr carries the engine's whole log: a file, so no pipe fills and stalls it.
         with self.err_path.open("w") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sm120", "launch", "tiny", "--port", str(self.port),
-                 "--model-dir", str(tiny_model), "--foreground"],  # fmt: skip
+                command,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=err,
