@@ -313,3 +313,20 @@ def test_notify_sends_ready_to_the_service_manager(tmp_path: Path) -> None:
         assert notify("READY=1", {"NOTIFY_SOCKET": str(address)})
         assert server.recv(100) == b"READY=1"
     assert not notify("READY=1", {})
+
+
+def test_now_without_systemctl_says_what_to_run(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, err = invoke(cli, "service", "install", "tiny", "--now")
+    assert (code, out.splitlines()[0]) == (
+        2,
+        f"wrote {tmp_path}/config/systemd/user/sm120-tiny.service",
+    )
+    assert err == (
+        "Error: systemctl not found (hint: run yourself: systemctl --user daemon-reload && "
+        "systemctl --user enable --now sm120-tiny.service)\n"
+    )
+    assert (tmp_path / "config" / "systemd" / "user" / "sm120-tiny.service").is_file()

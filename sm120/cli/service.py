@@ -179,10 +179,11 @@ def _start_or_say(commands: list[str], now: bool) -> None:
     if not now:
         typer.echo(f"start it: {' && '.join(commands)}")
         return
-    if shutil.which("systemctl") is None:
-        from sm120.errors import SM120Error
+    from sm120.errors import SM120Error
 
+    if shutil.which("systemctl") is None:
         raise SM120Error("systemctl not found", f"run yourself: {' && '.join(commands)}")
     for command in commands:
         typer.echo(f"running: {command}", err=True)
-        subprocess.run(shlex.split(command), check=True)
+        if subprocess.run(shlex.split(command), check=False).returncode != 0:
+            raise SM120Error(f"'{command}' failed", "see its message above; the unit is written")
