@@ -19,6 +19,7 @@ from sm120.cli import (
     monitor,
     plan_cmd,
     recipes,
+    service,
     validate,
     weights,
 )
@@ -58,6 +59,7 @@ images.register(app)
 doctor.register(app)
 plan_cmd.register(app)
 weights.register(app)
+service.register(app)
 bench.register(app)
 gates.register(app)
 evaluate.register(app)

@@ -94,7 +94,11 @@ def launch(
         None, "--api-key", help="Key clients must send (default: generated, stored 0600)."
     ),
     replace: bool = typer.Option(False, "--replace", help="Stop a running deployment first."),
-    foreground: bool = typer.Option(False, "--foreground", help="Stay attached until Ctrl-C."),
+    foreground: bool = typer.Option(
+        False,
+        "--foreground",
+        help="Stay attached while the engine runs; Ctrl-C/SIGTERM stops it (for services).",
+    ),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for READY."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before long work."),
     no_monitor: bool = typer.Option(

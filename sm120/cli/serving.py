@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -188,20 +189,32 @@ def banner(ready: Ready) -> None:
 
 
 def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
+    """--foreground: the launcher lives as long as the engine (what a service unit runs).
+    The engine ending on its own is a failure (1) after its leftovers are cleaned up; Ctrl-C
+    or SIGTERM stops it through `sm120 stop`'s sequence and is a success (0)."""
+    from sm120.lifecycle.notify import notify
+    from sm120.lifecycle.stop import stop_deployment
+
     state = ready.state
+    # READY went to stdout above; whoever reads it through a pipe must see it now.
+    sys.stdout.flush()
+    notify(f"READY=1\nMAINPID={os.getpid()}")
     try:
         for line in runtime.follow(state):
             sys.stderr.write(line + ("\n" if not line.endswith("\n") else ""))
         info = runtime.exit_info(state)
         sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
+        sys.stderr.write(stop_deployment(state.name).describe() + "\n")
         return 1
     except KeyboardInterrupt:
-        from sm120.lifecycle.stop import stop_deployment
-
+        notify("STOPPING=1")
         sys.stderr.write("stopping...\n")
         try:
-            sys.stderr.write(stop_deployment(state.name, timeout=30.0).describe() + "\n")
+            sys.stderr.write(stop_deployment(state.name).describe() + "\n")
         except SM120Error as exc:
             report(exc)
             return 2
         return 0
+    except SM120Error as exc:
+        report(exc)
+        return 1

@@ -14,6 +14,9 @@ from sm120.lifecycle.monitoring import stop_for
 from sm120.runtime.base import ExitInfo
 from sm120.state import DeploymentState, clear_state, deployment_lock
 
+# SIGTERM to the engine, then SIGKILL after this long (`sm120 stop --timeout`, --foreground).
+STOP_TIMEOUT_S = 30.0
+
 
 @dataclass(frozen=True)
 class Stopped:
@@ -36,7 +39,7 @@ class Stopped:
         return f"{verb} {name}: the engine {how} after {took}; port {self.state.port} is free"
 
 
-def stop_deployment(name: str | None, timeout: float) -> Stopped:
+def stop_deployment(name: str | None, timeout: float = STOP_TIMEOUT_S) -> Stopped:
     started = time.monotonic()
     found = find_deployment(name)
     # The monitor first: its watchdog must not restart what is being stopped (its restart
