@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from sm120.doctor import preflight, run_doctor
-from sm120.doctor.gpu_source import load_nvml, probe_gpus, probe_with_nvidia_smi, probe_with_nvml
+from sm120.doctor.gpu_source import probe_gpus, probe_with_nvidia_smi, probe_with_nvml
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.run import Machine
 from sm120.doctor.runner import RunResult, run_command
+from sm120.gpu_readings import load_nvml
 from sm120.plan import PlanRequest, resolve
 from tests.integration.realstack import free_port
 

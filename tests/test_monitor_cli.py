@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from sm120.monitor.files import MonitorFiles, MonitorSettings
@@ -230,3 +231,102 @@ def test_status_shows_peaks_watchdog_and_the_gave_up_marker(
     code, out, _ = invoke(cli, "status", "--json")
     watchdog = json.loads(out)[0]["monitor"]["watchdog"]
     assert watchdog["gave_up"] is True and watchdog["restarts_in_window"] == 2
+
+
+GPUS = [
+    {
+        "index": 0,
+        "util_pct": 100.0,
+        "power_w": 540.5,
+        "power_limit_w": 600.0,
+        "memory_used_mib": 90000.0,
+        "memory_total_mib": 97887.0,
+        "temperature_c": 83.0,
+    },
+    {
+        "index": 1,
+        "util_pct": 0.0,
+        "power_w": 61.0,
+        "power_limit_w": 600.0,
+        "memory_used_mib": 90000.0,
+        "memory_total_mib": 97887.0,
+        "temperature_c": 41.0,
+    },
+]
+
+
+def test_status_json_and_text_show_each_gpu(cli: CliRunner, isolated_home: Path) -> None:
+    files = deployment(isolated_home)
+    write_json_atomically(files.live, {**LIVE, "updated_at": time.time(), "gpus": GPUS})
+    code, out, _ = invoke(cli, "status", "--json")
+    assert code == 0
+    gpus = json.loads(out)[0]["gpus"]
+    assert [sorted(gpu) for gpu in gpus] == [
+        [
+            "index",
+            "memory_total_mib",
+            "memory_used_mib",
+            "power_limit_w",
+            "power_w",
+            "temperature_c",
+            "util_pct",
+        ]
+    ] * 2
+    assert [(g["index"], g["util_pct"], g["power_w"], g["temperature_c"]) for g in gpus] == [
+        (0, 100.0, 540.5, 83.0),
+        (1, 0.0, 61.0, 41.0),
+    ]
+    code, out, _ = invoke(cli, "status")
+    assert "  GPU0      100% util, 540/600 W, 83 C, 90000/97887 MiB" in out
+    assert "  GPU1      0% util, 61/600 W, 41 C, 90000/97887 MiB" in out
+
+
+def test_status_json_has_no_gpus_from_a_stale_monitor(cli: CliRunner, isolated_home: Path) -> None:
+    files = deployment(isolated_home)
+    write_json_atomically(files.live, {**LIVE, "gpus": GPUS})  # updated_at 0: long stale
+    code, out, _ = invoke(cli, "status", "--json")
+    assert code == 0 and json.loads(out)[0]["gpus"] == []
+
+
+def test_the_live_view_shows_each_gpu(cli: CliRunner, isolated_home: Path) -> None:
+    files = deployment(isolated_home)
+    write_json_atomically(files.live, {**LIVE, "activity": "livelock", "gpus": GPUS})
+    code, out, _ = invoke(cli, "monitor", "--once")
+    assert code == 0
+    assert "LIVELOCK" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("0 ", "1 "))]
+    assert rows == [
+        ["0", "100%", "540", "W", "/", "600", "W", "90,000", "/", "97,887", "MiB", "83", "C"],
+        ["1", "0%", "61", "W", "/", "600", "W", "90,000", "/", "97,887", "MiB", "41", "C"],
+    ]
+
+
+def test_plot_draws_gpu_power_beside_throughput(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    files = deployment(isolated_home)
+    ring = JsonlRing(files.history)
+    for index in range(40):
+        spinning = index >= 20  # tokens stop, the GPUs keep burning power
+        gpus = [
+            {**GPUS[0], "power_w": 540.0 if spinning else 300.0 + index, "util_pct": 100.0},
+            {**GPUS[1], "power_w": 61.0, "util_pct": 0.0 if spinning else 60.0},
+        ]
+        ring.append(
+            {
+                "t": 1.8e9 + 5 * index,
+                "prefill_tps": 0.0,
+                "decode_tps": 0.0 if spinning else 40.0,
+                "running": 1,
+                "waiting": 0,
+                "gpus": gpus,
+            }
+        )
+    out = tmp_path / "gpus.png"
+    code, _, err = invoke(cli, "monitor", "--plot", str(out))
+    assert code == 0, err
+    assert err.strip() == f"wrote {out} (40 samples)"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(out) as image:
+        # Three panels (rates, queue, GPUs) at 3 inches each, 100 dpi.
+        assert image.size == (1000, 900)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sm120.gpu_readings import GpuReading, NoGpus, ScriptedSource
 from sm120.monitor.files import MonitorFiles, MonitorSettings
 from sm120.monitor.service import MonitorService
 from sm120.monitor.summary import monitor_summary, summary_lines
@@ -133,9 +134,11 @@ def make(
     target = StandInTarget(server, restartable=settings.pop("restartable", True))
     clock = Clock()
     defaults: dict[str, Any] = {"poll_s": 1.0, "wedge_timeout_s": 10.0, "image": "img"}
+    # Unit tests never read the machine's GPUs: a scripted source, or none.
+    gpus = settings.pop("gpu_source", None) or NoGpus()
     config = MonitorSettings(**{**defaults, **settings})
     config.save(files.settings)
-    service = MonitorService(target, files, config, clock=clock, say=said.append)
+    service = MonitorService(target, files, config, clock=clock, say=said.append, gpu_source=gpus)
     return service, target, clock, said
 
 
@@ -345,3 +348,57 @@ def test_a_restart_that_never_gets_ready_is_reported(
         service.step()
     assert kinds(service)[-1] == "not_ready"
     assert service.alerts[-1].message == "the restarted server is not ready after 31 s"
+
+
+SPINNING = GpuReading(0, util_pct=100.0, power_w=540.0, power_limit_w=600.0, temperature_c=83.0)
+
+
+def test_busy_gpus_hold_off_the_wedge_and_restart_as_a_livelock(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(
+        tmp_path,
+        scripted,
+        restart_on_wedge=True,
+        livelock_s=30.0,
+        gpu_source=ScriptedSource([[SPINNING]]),
+    )
+    service.step()
+    wedge(service, scripted, clock)  # 12 s frozen: past the wedge timeout
+    assert service.activity == "stalled" and target.restarts == 0
+    for _ in range(20):
+        clock.now += 1
+        service.step()
+    assert target.restarts == 1
+    assert kinds(service) == ["livelock", "restart"]
+    # Frozen since the poll with the last progress, busy since the next one: 31 s and 30 s.
+    capture = next(service.files.diagnostics.glob("wedge-*"))
+    assert service.alerts[0].message == (
+        "livelock: 1 request(s) running and token counters frozen for 31 s while the GPUs "
+        f"stay busy (GPU0 100% 540 W); diagnostics in {capture}"
+    )
+    assert service.alerts[1].message == (
+        "restarting the server after a livelock (watchdog restart 1 of 3)"
+    )
+    summary = json.loads((capture / "summary.json").read_text())
+    assert summary["verdict"] == "livelock" and summary["gpus"][0]["power_w"] == 540.0
+
+
+def test_gpu_readings_are_published_and_kept_in_the_history(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, _target, clock, _ = make(tmp_path, scripted, gpu_source=ScriptedSource([[SPINNING]]))
+    service.step()
+    clock.now += 1
+    service.step()
+    live = json.loads(service.files.live.read_text())
+    assert live["gpus"] == [SPINNING.as_dict()]
+    assert live["watchdog"]["livelock_s"] == 300.0
+    history = [json.loads(line) for line in service.files.history.read_text().splitlines()]
+    assert history[-1]["gpus"] == [SPINNING.as_dict()]
+
+
+def test_without_gpus_the_published_list_is_empty(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, _target, _clock, _ = make(tmp_path, scripted)
+    service.step()
+    assert json.loads(service.files.live.read_text())["gpus"] == []

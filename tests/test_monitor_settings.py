@@ -25,6 +25,21 @@ def test_a_bad_monitor_value_fails_in_one_line(cli: CliRunner) -> None:
     )
 
 
+def test_a_bad_livelock_window_fails_in_one_line(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", "monitor.livelock_s=0")
+    assert code == 2
+    assert err.strip() == (
+        "Error: monitor.livelock_s: Input should be greater than 0 "
+        "(hint: check the --set / .env value)"
+    )
+
+
+def test_the_livelock_window_reaches_the_monitor() -> None:
+    plan = resolve(PlanRequest(recipe="tiny", sets=("monitor.livelock_s=600",)))
+    assert settings_from_plan(plan, "native").livelock_s == 600.0
+    assert settings_from_plan(resolve(PlanRequest(recipe="tiny")), "native").livelock_s == 300.0
+
+
 def test_an_unknown_monitor_key_suggests_the_right_one(cli: CliRunner) -> None:
     code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", "monitor.restart_on_wedg=1")
     assert code == 2
@@ -59,6 +74,7 @@ def test_set_reaches_the_monitor_settings_and_not_the_plan_hash() -> None:
     assert plan_document(checked_plan(PlanRequest(recipe="tiny")))["monitor"] == {
         "restart_on_wedge": False,
         "wedge_timeout_s": 120.0,
+        "livelock_s": 300.0,
         "max_restarts": 3,
         "restart_window_h": 6.0,
         "poll_s": 5.0,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -37,14 +36,6 @@ class GpuProbe:
     @property
     def gpus(self) -> list[GpuInfo]:
         return self.snapshot.gpus if self.snapshot else []
-
-
-def load_nvml() -> ModuleType | None:
-    """pynvml from nvidia-ml-py, if installed (it is optional)."""
-    try:
-        return importlib.import_module("pynvml")
-    except ImportError:
-        return None
 
 
 def probe_gpus(run: Runner, nvml: ModuleType | None = None) -> GpuProbe:

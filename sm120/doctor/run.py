@@ -15,12 +15,13 @@ from sm120.doctor import checks, host_checks
 from sm120.doctor.capture import read_captured
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
-from sm120.doctor.gpu_source import GpuProbe, load_nvml, probe_gpus
+from sm120.doctor.gpu_source import GpuProbe, probe_gpus
 from sm120.doctor.host_checks import DiskUsage, DockerState
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import Snapshot
 from sm120.errors import SM120Error
+from sm120.gpu_readings import load_nvml
 
 if TYPE_CHECKING:
     from sm120.plan import LaunchPlan

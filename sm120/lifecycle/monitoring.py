@@ -23,6 +23,7 @@ def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
     return MonitorSettings(
         poll_s=wanted.poll_s,
         wedge_timeout_s=wanted.wedge_timeout_s,
+        livelock_s=wanted.livelock_s,
         restart_on_wedge=wanted.restart_on_wedge,
         max_restarts=wanted.max_restarts,
         restart_window_s=wanted.restart_window_h * 3600,

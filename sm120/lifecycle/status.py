@@ -88,6 +88,8 @@ def describe(state: DeploymentState) -> dict[str, Any]:
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended_at)) if info else None
         )
     row["monitor"] = monitor_summary(MonitorFiles(deployment_dir(state.name)))
+    # What the monitor last read of each GPU (empty without GPUs or a fresh monitor).
+    row["gpus"] = row["monitor"]["gpus"]
     return row
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S
 from sm120.monitor.peaks import read_json, write_json_atomically
 from sm120.monitor.watchdog import (
     DEFAULT_MAX_RESTARTS,
@@ -96,6 +97,9 @@ class MonitorFiles:
 class MonitorSettings:
     poll_s: float = 5.0
     wedge_timeout_s: float = DEFAULT_WEDGE_TIMEOUT_S
+    # Frozen counters while the GPUs stay busy this long are a livelock (restarted like a
+    # wedge, under the same restart_on_wedge and breaker).
+    livelock_s: float = DEFAULT_LIVELOCK_S
     restart_on_wedge: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restart_window_s: float = DEFAULT_RESTART_WINDOW_S

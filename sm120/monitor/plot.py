@@ -28,7 +28,8 @@ def check_plot_path(out: Path) -> None:
 
 
 def plot_history(records: Iterable[dict[str, Any]], out: Path, title: str) -> int:
-    """Draw prefill/decode tok/s and running/waiting over time; returns the sample count."""
+    """Draw prefill/decode tok/s, running/waiting and (when read) GPU power and utilisation
+    over time; returns the sample count."""
     check_plot_path(out)
     samples = [r for r in records if isinstance(r.get("t"), (int, float))]
     rated = [r for r in samples if isinstance(r.get("decode_tps"), (int, float))]
@@ -52,7 +53,10 @@ def plot_history(records: Iterable[dict[str, Any]], out: Path, title: str) -> in
     # Hours read better than minutes once the history spans a few of them.
     scale, unit = (3600.0, "hours") if span_h > 3 else (60.0, "minutes")
     when = [(float(r["t"]) - start) / scale for r in samples]
-    figure, (rates, queue) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
+    gpu_samples = [r for r in samples if r.get("gpus")]
+    panels = 3 if gpu_samples else 2
+    figure, axes = plt.subplots(panels, 1, sharex=True, figsize=(10, 3 * panels))
+    rates, queue = axes[0], axes[1]
     for key, label in (("prefill_tps", "prefill tok/s"), ("decode_tps", "decode tok/s")):
         rates.plot(when, [r.get(key) for r in samples], label=label, linewidth=1)
     rates.set_ylabel("tokens / s")
@@ -63,11 +67,41 @@ def plot_history(records: Iterable[dict[str, Any]], out: Path, title: str) -> in
     queue.set_ylabel("requests")
     queue.legend(loc="upper left")
     queue.grid(alpha=0.3)
+    if gpu_samples:
+        _plot_gpus(axes[2], samples, when)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(start))
-    queue.set_xlabel(f"{unit} since {stamp}")
+    axes[-1].set_xlabel(f"{unit} since {stamp}")
     figure.suptitle(f"{title}: throughput")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out)
     plt.close(figure)
     return len(samples)
+
+
+def _gpu_series(samples: list[dict[str, Any]], key: str) -> dict[int, list[float | None]]:
+    """Per GPU index, the value of `key` at every sample (None where not read)."""
+    indices = sorted({int(g["index"]) for r in samples for g in r.get("gpus") or []})
+    series: dict[int, list[float | None]] = {i: [] for i in indices}
+    for record in samples:
+        by_index = {int(g["index"]): g for g in record.get("gpus") or []}
+        for index in indices:
+            series[index].append(by_index.get(index, {}).get(key))
+    return series
+
+
+def _plot_gpus(power: Any, samples: list[dict[str, Any]], when: list[float]) -> None:
+    """Power per GPU (solid, left axis) and utilisation (dotted, right axis)."""
+    for index, values in _gpu_series(samples, "power_w").items():
+        power.plot(when, values, label=f"GPU{index} W", linewidth=1)
+    power.set_ylabel("power (W)")
+    power.set_ylim(bottom=0)
+    power.grid(alpha=0.3)
+    util = power.twinx()
+    for index, values in _gpu_series(samples, "util_pct").items():
+        util.plot(when, values, label=f"GPU{index} util", linewidth=1, linestyle=":")
+    util.set_ylabel("utilisation (%)")
+    util.set_ylim(0, 105)
+    lines, labels = power.get_legend_handles_labels()
+    more_lines, more_labels = util.get_legend_handles_labels()
+    power.legend(lines + more_lines, labels + more_labels, loc="upper left", fontsize="small")

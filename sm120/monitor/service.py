@@ -22,9 +22,11 @@ import httpx
 
 from sm120.errors import SM120Error
 from sm120.failures import Diagnoser
+from sm120.gpu_readings import GpuReading, GpuSource, default_source
 from sm120.monitor.diagnostics import capture_wedge
 from sm120.monitor.files import MonitorFiles, MonitorSettings
 from sm120.monitor.follow import LogFollower
+from sm120.monitor.gpu_activity import describe_gpus
 from sm120.monitor.metrics import (
     MetricsError,
     MetricsSnapshot,
@@ -35,7 +37,13 @@ from sm120.monitor.metrics import (
 )
 from sm120.monitor.peaks import JsonlRing, PeakTracker, iso_time, read_json, write_json_atomically
 from sm120.monitor.target import Target
-from sm120.monitor.watchdog import Activity, BreakerState, RestartBreaker, WedgeDetector
+from sm120.monitor.watchdog import (
+    RESTARTABLE,
+    Activity,
+    BreakerState,
+    RestartBreaker,
+    WedgeDetector,
+)
 from sm120.phases import StartupTracker
 
 RECENT_LINES = 200
@@ -80,6 +88,7 @@ class MonitorService:
         *,
         clock: Callable[[], float] = time.time,
         say: Callable[[str], None] | None = None,
+        gpu_source: GpuSource | None = None,
     ) -> None:
         files.make_dirs()
         self.target = target
@@ -92,7 +101,9 @@ class MonitorService:
         self.recent: deque[str] = deque(maxlen=RECENT_LINES)
         self.tracker = StartupTracker()
         self.diagnoser = Diagnoser()
-        self.detector = WedgeDetector(settings.wedge_timeout_s)
+        self.detector = WedgeDetector(settings.wedge_timeout_s, livelock_s=settings.livelock_s)
+        self.gpu_source = gpu_source if gpu_source is not None else default_source()
+        self.gpus: list[GpuReading] = []
         self.breaker = load_breaker(files, settings)
         self.peaks = PeakTracker(files.peak, image=settings.image, plan_hash=settings.plan_hash)
         self.history = JsonlRing(files.history, settings.history_cap)
@@ -143,6 +154,7 @@ class MonitorService:
         now = self.clock()
         for line in self.follower.read_lines():
             self._take_line(line, now)
+        self.gpus = self.gpu_source.read()
         server = self.target.server()
         self._note_identity(server.identity, now)
         if server.running:
@@ -237,10 +249,10 @@ class MonitorService:
             at=now,
         )
         if self.ready:
-            activity = self.detector.observe(snapshot, now)
+            activity = self.detector.observe(snapshot, now, self.gpus)
             self.activity = activity.value
-            if activity is Activity.wedged:
-                self._on_wedge(now)
+            if activity in RESTARTABLE:
+                self._on_wedge(now, activity)
             else:
                 self._end_episode("wedge")
         else:
@@ -258,6 +270,7 @@ class MonitorService:
             "kv_usage": snapshot.kv_usage if snapshot else None,
             "acceptance_rate": _round(rates.acceptance_rate if rates else None, 4),
             "activity": self.activity,
+            "gpus": [gpu.as_dict() for gpu in self.gpus],
         }
 
     def _server_down(self, exit_text: str | None, now: float) -> None:
@@ -311,12 +324,13 @@ class MonitorService:
 
     # --- the watchdog --------------------------------------------------------------------
 
-    def _on_wedge(self, now: float) -> None:
+    def _on_wedge(self, now: float, activity: Activity = Activity.wedged) -> None:
         if "wedge" in self._episodes:
             return  # this wedge was handled already (reported, not restarted)
         self._episodes.add("wedge")
         frozen = self.detector.frozen_for(now)
         running = int(self.snapshot.running or 0) if self.snapshot else 0
+        livelock = activity is Activity.livelock
         capture = capture_wedge(
             self.files.diagnostics,
             summary={
@@ -325,6 +339,8 @@ class MonitorService:
                 "wedge_timeout_s": self.settings.wedge_timeout_s,
                 "running": running,
                 "counters": self.snapshot.counters if self.snapshot else {},
+                "verdict": activity.value,
+                "gpus": [gpu.as_dict() for gpu in self.gpus],
             },
             log_tail=list(self.recent),
             metrics_text=self.metrics_text,
@@ -332,15 +348,24 @@ class MonitorService:
             at=now,
         )
         self.last_wedge = str(capture)
-        self._alert(
-            now,
-            "wedge",
-            f"wedged (F22): {running} request(s) running and token counters frozen for "
-            f"{frozen:.0f} s; diagnostics in {capture}",
-        )
-        self._maybe_restart(now)
+        if livelock:
+            self._alert(
+                now,
+                "livelock",
+                f"livelock: {running} request(s) running and token counters frozen for "
+                f"{frozen:.0f} s while the GPUs stay busy ({describe_gpus(self.gpus)}); "
+                f"diagnostics in {capture}",
+            )
+        else:
+            self._alert(
+                now,
+                "wedge",
+                f"wedged (F22): {running} request(s) running and token counters frozen for "
+                f"{frozen:.0f} s; diagnostics in {capture}",
+            )
+        self._maybe_restart(now, "after a livelock " if livelock else "")
 
-    def _maybe_restart(self, now: float) -> None:
+    def _maybe_restart(self, now: float, why: str = "") -> None:
         if not self.settings.restart_on_wedge:
             self._alert(
                 now, "wedge", "not restarting: the recipe's monitor.restart_on_wedge is off"
@@ -363,7 +388,9 @@ class MonitorService:
         self.breaker.record_restart(now)
         self._save_breaker()
         count = len(self.breaker.recent(now))
-        self._alert(now, "restart", f"restarting the server (watchdog restart {count} of {limit})")
+        self._alert(
+            now, "restart", f"restarting the server {why}(watchdog restart {count} of {limit})"
+        )
         try:
             self.target.restart(self.settings.stop_timeout_s)
         except SM120Error as exc:
@@ -420,6 +447,8 @@ class MonitorService:
             "watchdog": {
                 "frozen_for_s": round(self.detector.frozen_for(now), 1),
                 "wedge_timeout_s": self.settings.wedge_timeout_s,
+                "gpus_busy_for_s": round(self.detector.busy_for(now), 1),
+                "livelock_s": self.settings.livelock_s,
                 "restart_on_wedge": self.settings.restart_on_wedge,
                 "restarts_in_window": len(self.breaker.recent(now)),
                 "max_restarts": self.breaker.limit,
@@ -429,6 +458,7 @@ class MonitorService:
                 "last_wedge": self.last_wedge,
             },
             "alerts": [alert.as_dict() for alert in self.alerts],
+            "gpus": [gpu.as_dict() for gpu in self.gpus],
         }
 
     def publish(self, *, stopped: bool = False) -> None:

@@ -32,6 +32,8 @@ def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
         "activity": live.get("activity") if fresh else None,
         "decode_tps": live.get("decode_tps") if fresh else None,
         "prefill_tps": live.get("prefill_tps") if fresh else None,
+        # Per GPU: index, util_pct, power_w, power_limit_w, memory_used_mib, temperature_c.
+        "gpus": list(live.get("gpus") or []) if fresh else [],
         "peaks": asdict(peaks) if peaks else None,
         "watchdog": {
             "restart_on_wedge": settings.restart_on_wedge,
@@ -79,8 +81,24 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     )
     if watchdog["gave_up"]:
         lines.append(f"  GAVE UP   at {watchdog['gave_up_at']}: {watchdog['gave_up_reason']}")
+    for gpu in summary.get("gpus") or []:
+        lines.append(f"  GPU{gpu.get('index')}      {gpu_line(gpu)}")
     if watchdog.get("last_wedge"):
         lines.append(f"  wedge     diagnostics in {watchdog['last_wedge']}")
     for alert in summary.get("alerts") or []:
         lines.append(f"  alert     {alert['at']} {alert['kind']}: {alert['message']}")
     return lines
+
+
+def gpu_line(gpu: dict[str, Any]) -> str:
+    """`98% util, 512/600 W, 71 C, 40000/97887 MiB` for one GPU of live.json."""
+
+    def value(key: str, unit: str = "") -> str:
+        number = gpu.get(key)
+        return "-" if number is None else f"{float(number):.0f}{unit}"
+
+    return (
+        f"{value('util_pct', '%')} util, {value('power_w')}/{value('power_limit_w', ' W')}, "
+        f"{value('temperature_c', ' C')}, "
+        f"{value('memory_used_mib')}/{value('memory_total_mib', ' MiB')}"
+    )

@@ -20,6 +20,7 @@ _ACTIVITY_STYLE = {
     "compiling": "yellow",
     "stalled": "yellow",
     "wedged": "bold red",
+    "livelock": "bold red",
     "dead": "bold red",
     "not answering": "red",
     "starting": "yellow",
@@ -70,7 +71,32 @@ def render(live: dict[str, Any], name: str, monitor_pid: int | None) -> Renderab
         f"  (mean length {_number(live.get('mean_acceptance_length'), digits=2)})",
         "",
     )
-    return Group(header, table, _watchdog_line(live), *_alert_lines(live))
+    return Group(header, table, *_gpu_lines(live), _watchdog_line(live), *_alert_lines(live))
+
+
+def _gpu_lines(live: dict[str, Any]) -> list[RenderableType]:
+    gpus = [gpu for gpu in live.get("gpus") or [] if isinstance(gpu, dict)]
+    if not gpus:
+        return []
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+    for column in ("GPU", "util", "power", "memory", "temp"):
+        table.add_column(column, justify="right")
+    for gpu in gpus:
+        limit = gpu.get("power_limit_w")
+        power = _number(gpu.get("power_w"), " W", 0)
+        if limit is not None:
+            power += f" / {_number(limit, ' W', 0)}"
+        memory = _number(gpu.get("memory_used_mib"), digits=0)
+        if gpu.get("memory_total_mib") is not None:
+            memory += f" / {_number(gpu.get('memory_total_mib'), ' MiB', 0)}"
+        table.add_row(
+            str(gpu.get("index")),
+            _number(gpu.get("util_pct"), "%", 0),
+            power,
+            memory,
+            _number(gpu.get("temperature_c"), " C", 0),
+        )
+    return [table]
 
 
 def _watchdog_line(live: dict[str, Any]) -> Text:

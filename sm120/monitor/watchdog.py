@@ -7,6 +7,9 @@ tokens, engine steps) stays frozen for `timeout_s`. Two things are not a wedge:
 - compile or warm-up work: the first request at a new prefill size bucket compiles kernels
   for minutes on big models (F21). A compile or JIT line in the log opens a compile window
   that lasts until the counters move again (bounded by `max_compile_s`).
+GPU readings (sm120.monitor.gpu_activity), when there are any, sharpen the verdict: a wedge
+needs the GPUs near idle power; frozen counters while the GPUs stay busy for `livelock_s`
+are a livelock, restarted like a wedge. Without readings every verdict is as before.
 The shared-memory broadcast line (F22's signature) says a request is in flight even when
 the engine's gauges are stale, but alone it is not a wedge: startup and compiles print it
 too.
@@ -15,9 +18,12 @@ too.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from sm120.gpu_readings import GpuReading
+from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S, GpuState, gpu_state
 from sm120.monitor.metrics import MetricsSnapshot, progress_counters
 from sm120.phases import clean_line
 
@@ -48,12 +54,40 @@ class Activity(str, Enum):
     stalled = "stalled"
     """Frozen with requests in flight, not yet for the wedge timeout."""
     wedged = "wedged"
+    livelock = "livelock"
+    """Frozen with requests in flight while the GPUs stay busy: spinning, not serving."""
+
+
+# Verdicts the watchdog acts on (diagnostics, then a restart when the recipe allows).
+RESTARTABLE = (Activity.wedged, Activity.livelock)
+
+
+def frozen_verdict(
+    frozen_s: float,
+    gpus: GpuState,
+    busy_for_s: float,
+    timeout_s: float = DEFAULT_WEDGE_TIMEOUT_S,
+    livelock_s: float = DEFAULT_LIVELOCK_S,
+) -> Activity:
+    """Requests in flight, counters frozen for `frozen_s`, outside any compile window."""
+    if gpus is GpuState.busy:
+        # Busy GPUs are not waiting on anything: never a wedge, a livelock once it lasts.
+        return Activity.livelock if busy_for_s >= livelock_s else Activity.stalled
+    if frozen_s < timeout_s:
+        return Activity.stalled
+    if gpus in (GpuState.idle, GpuState.unknown):
+        return Activity.wedged
+    # Neither idle nor busy: the readings cannot vouch for a wedge yet, but they only delay
+    # the verdict (to the livelock window), never prevent one.
+    return Activity.wedged if frozen_s >= livelock_s else Activity.stalled
 
 
 @dataclass
 class WedgeDetector:
     timeout_s: float = DEFAULT_WEDGE_TIMEOUT_S
     max_compile_s: float = DEFAULT_MAX_COMPILE_S
+    livelock_s: float = DEFAULT_LIVELOCK_S
+    _busy_since: float | None = None
     _counters: tuple[float | None, ...] | None = None
     _last_progress: float | None = None
     _compiling_since: float | None = None
@@ -77,11 +111,24 @@ class WedgeDetector:
         self._stall_line_at = None
         self._last_observed = None
         self._was_idle = True
+        self._busy_since = None
 
     def frozen_for(self, now: float) -> float:
         return 0.0 if self._last_progress is None else now - self._last_progress
 
-    def observe(self, snapshot: MetricsSnapshot, now: float) -> Activity:
+    def busy_for(self, now: float) -> float:
+        """How long the GPUs have stayed busy while the counters are frozen."""
+        return 0.0 if self._busy_since is None else now - self._busy_since
+
+    def observe(
+        self, snapshot: MetricsSnapshot, now: float, gpus: Sequence[GpuReading] = ()
+    ) -> Activity:
+        activity = self._observe(snapshot, now, gpu_state(gpus))
+        if activity not in (Activity.stalled, Activity.livelock):
+            self._busy_since = None
+        return activity
+
+    def _observe(self, snapshot: MetricsSnapshot, now: float, gpus: GpuState) -> Activity:
         previous_observation, self._last_observed = self._last_observed, now
         counters = progress_counters(snapshot)
         if counters != self._counters or self._last_progress is None:
@@ -112,9 +159,14 @@ class WedgeDetector:
         if compiling:
             self._last_progress = now
             return Activity.compiling
-        if self.frozen_for(now) >= self.timeout_s:
-            return Activity.wedged
-        return Activity.stalled
+        if gpus is GpuState.busy:
+            if self._busy_since is None:
+                self._busy_since = now
+        else:
+            self._busy_since = None
+        return frozen_verdict(
+            self.frozen_for(now), gpus, self.busy_for(now), self.timeout_s, self.livelock_s
+        )
 
     def _busy(self, snapshot: MetricsSnapshot, now: float) -> bool:
         if (snapshot.running or 0) > 0:

@@ -195,6 +195,14 @@ class MonitorSpec(Strict):
         description="Seconds with requests running and every token counter frozen, outside a "
         "compile or warm-up (F21), before the server counts as wedged.",
     )
+    livelock_s: float = Field(
+        300,
+        gt=0,
+        description="Seconds with requests running, every token counter frozen and the GPUs "
+        "busy (utilisation >= 90% or power >= 60% of the limit), outside a compile, before the "
+        "server counts as livelocked (spinning); restarted like a wedge. Longer than any silent "
+        "warm-up.",
+    )
     max_restarts: int = Field(
         3, ge=0, description="Watchdog restarts allowed per window; one more wedge gives up."
     )
