@@ -1,4 +1,5 @@
-"""GPU activity sources: the nvidia-smi CSV parser on real captures, NVML, the fallbacks."""
+"""GPU activity sources: the nvidia-smi CSV parser (on answers in the format nvidia-smi prints
+and a real GB10 capture), NVML, the fallbacks."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from sm120.gpu_readings import (
 )
 
 CAPTURES = Path(__file__).parent / "data" / "nvidia_smi"
+CONSTRUCTED = Path(__file__).parent / "data" / "nvidia_smi_constructed"
 
 
 def test_a_capture_with_units_and_no_index_column() -> None:
-    readings = parse_activity_csv((CAPTURES / "activity_l4_units.txt").read_text())
+    readings = parse_activity_csv((CONSTRUCTED / "activity_one_gpu_units_no_index.txt").read_text())
     assert readings == [
         GpuReading(
             index=0,
@@ -38,7 +40,7 @@ def test_a_capture_with_units_and_no_index_column() -> None:
 
 
 def test_a_capture_of_one_idle_and_one_busy_card_among_other_lines() -> None:
-    readings = parse_activity_csv((CAPTURES / "activity_3090_a6000_units.txt").read_text())
+    readings = parse_activity_csv((CONSTRUCTED / "activity_idle_and_busy_units.txt").read_text())
     assert [(g.index, g.util_pct, g.power_w, g.memory_used_mib) for g in readings] == [
         (0, 0.0, 30.65, 1.0),
         (1, 100.0, 297.57, 38742.0),
