@@ -41,3 +41,12 @@ def json_flag(argv: list[str], flag: str) -> Any:
     value = flag_value(argv, flag)
     assert value, f"{flag} missing"
     return json.loads(value)
+
+
+def one_line_error(stderr: str) -> str:
+    """The one `Error: ...` line a bad input must produce, and nothing else (no traceback)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("Error: ")
+    return lines[0]

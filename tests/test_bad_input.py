@@ -26,16 +26,8 @@ from sm120.cli.app import app
 from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
 from sm120.state import DeploymentState, save_state
 from tests.conftest import REPO, invoke
+from tests.helpers import one_line_error
 from tests.loopback_server import LoopbackServer
-
-
-def one_line_error(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("Error: ")
-    return lines[0]
-
 
 # --- every numeric option of the CLI ---------------------------------------------------------
 

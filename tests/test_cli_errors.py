@@ -9,14 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import invoke
-
-
-def one_line_error(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    assert lines[0].startswith("Error: ")
-    return lines[0]
+from tests.helpers import one_line_error
 
 
 def test_unknown_recipe(cli: CliRunner) -> None:
