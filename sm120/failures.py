@@ -80,10 +80,7 @@ class FailureMode(BaseModel):
     @classmethod
     def _signatures_compile(cls, signatures: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in signatures:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"signature {pattern!r} is not a valid regex: {exc}") from None
+            checked_signature(pattern)
         return signatures
 
 
@@ -220,3 +217,12 @@ def _diagnosis(mode: FailureMode, line: str) -> Diagnosis:
     return Diagnosis(
         id=mode.id, title=mode.title, cause=mode.cause, fix=mode.fix, line=line, fatal=mode.fatal
     )
+
+
+def checked_signature(pattern: str) -> str:
+    """A log signature as data files hold it: refused, in one line, unless it is a regex."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"signature {pattern!r} is not a valid regex: {exc}") from None
+    return pattern

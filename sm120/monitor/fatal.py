@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from sm120.errors import SM120Error
-from sm120.failures import Diagnoser, Diagnosis
+from sm120.failures import Diagnoser, Diagnosis, checked_signature
 from sm120.monitor.logparse import clean_line
 
 SIGNATURES_FILE = "startup_fatal.yaml"
@@ -61,11 +61,7 @@ class FatalSignature(BaseModel):
     @field_validator("signature")
     @classmethod
     def _compiles(cls, signature: str) -> str:
-        try:
-            re.compile(signature)
-        except re.error as exc:
-            raise ValueError(f"signature {signature!r} is not a valid regex: {exc}") from None
-        return signature
+        return checked_signature(signature)
 
 
 @dataclass(frozen=True)
