@@ -128,7 +128,8 @@ class NumberedSource:
 TOTAL = int(sys.argv[2])
 log = Path(sys.argv[1])
 writer = RotatingLogWriter(log, max_bytes=40_000, backups=50)
-Capture(writer, log.with_name("capture.json"), save_interval_s=0.001).pump(NumberedSource())
+interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.001
+Capture(writer, log.with_name("capture.json"), save_interval_s=interval).pump(NumberedSource())
 """
 
 
@@ -162,6 +163,27 @@ def test_a_capture_killed_repeatedly_resumes_without_loss_or_duplicates(tmp_path
     assert all_lines(log, backups=50) == [b"line %06d" % i for i in range(total)]
     cursor = load_cursor(log.with_name("capture.json"))
     assert cursor is not None and cursor.position == str(total)
+
+
+def test_a_capture_killed_before_its_first_timed_save_resumes_exactly(tmp_path: Path) -> None:
+    """The copier can write thousands of replayed lines within its first second; killed
+    then, the next one must not copy the stream again from its start."""
+    script = tmp_path / "capture.py"
+    script.write_text(CAPTURE_SCRIPT)
+    log = tmp_path / "serve.log"
+    total = 6_000
+    argv = [sys.executable, str(script), str(log), str(total)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen([*argv, "3600"], env=env)  # no timed save before the kill
+    deadline = time.monotonic() + 60
+    while total_size(log) < 24_000 and first.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    first.send_signal(signal.SIGKILL)
+    assert first.wait(timeout=60) == -signal.SIGKILL
+    assert 0 < len(all_lines(log, backups=50)) < total
+    subprocess.run(argv, env=env, check=True, timeout=120)
+    assert all_lines(log, backups=50) == [b"line %06d" % i for i in range(total)]
 
 
 class ListSource:

@@ -32,6 +32,7 @@ DEFAULT_BACKUPS = 3
 READ_SIZE = 64 * 1024
 CURSOR_SAVE_INTERVAL_S = 1.0
 NEWLINE = b"\n"
+STREAM_START = ""  # a cursor position: nothing of the stream consumed yet
 
 
 class RotatingLogWriter:
@@ -271,6 +272,11 @@ class Capture:
     def pump(self, source: LogSource, stop: Callable[[], bool] = never) -> int:
         """Copy until the source ends or stop(); returns the lines written by this call."""
         after, skip = self._resume(source.identity)
+        if after is None:
+            # Mark where this stream begins before writing any of it: a capture killed
+            # before its first timed save then resumes by skipping what it wrote, instead
+            # of replaying the stream from its start on top of it.
+            self._save(source.identity, STREAM_START)
         written = 0
         position = after
         last_save = time.monotonic()
@@ -307,7 +313,7 @@ class Capture:
         # A torn line and any whole lines past the cursor will come again from the source.
         self.writer.drop_torn_line()
         skip = self.writer.lines_since(cursor.device, cursor.inode, cursor.offset)
-        return cursor.position, skip
+        return (None if cursor.position == STREAM_START else cursor.position), skip
 
     def _save(self, identity: str, position: str) -> None:
         if self.cursor_path is None:
