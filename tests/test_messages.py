@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120 import docker_api
+from sm120.cli.present import home_relative
 from sm120.cli.serving import next_commands
 from tests.conftest import invoke
 
@@ -42,3 +43,13 @@ def test_every_command_the_ready_banner_suggests_is_valid(cli: CliRunner, comman
         "Error: no deployment named 'demo' (hint: 'sm120 status' lists them; start one with "
         "'sm120 launch')\n",
     )
+
+
+def test_a_path_under_home_is_shown_from_tilde(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ana")
+    key = "/home/ana/.local/state/sm120/deployments/glm52-dcp4-mtp/api_key"
+    assert home_relative(key) == "~/.local/state/sm120/deployments/glm52-dcp4-mtp/api_key"
+    # the banner's line for it fits an 80-column terminal with a long deployment name
+    assert len(f"  API key   {home_relative(key)}") <= 80
+    assert home_relative("/srv/sm120/deployments/x/api_key") == "/srv/sm120/deployments/x/api_key"
+    assert home_relative(None) == "-"

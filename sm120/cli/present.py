@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +15,18 @@ from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.render.multinode import NodeLaunch
+
+
+def home_relative(path: str | None) -> str:
+    """A path as a user types it: under the home directory it starts with ~ (shorter lines)."""
+    if not path:
+        return "-"
+    home = Path.home()
+    try:
+        return str(Path("~") / Path(path).relative_to(home))
+    except ValueError:
+        return path
+
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "forced": "magenta"}
 

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from sm120.checks import CheckedPlan
 from sm120.cli.errors import report
+from sm120.cli.present import home_relative
 from sm120.cli.progress import PhaseProgress
 from sm120.errors import SM120Error
 from sm120.lifecycle.launcher import LaunchOptions, Ready, describe_failure, launch
@@ -173,8 +174,10 @@ def banner(ready: Ready) -> None:
         f"model: {plan.model.served_name}"
     )
     chat, *manage = next_commands(name)
-    # Whole lines, never wrapped: they are meant to be copied.
-    console.print(f"  chat      {chat}   (API key: {ready.state.api_key_file})", soft_wrap=True)
+    # Whole lines, never wrapped: they are meant to be copied. The key's path gets a line of
+    # its own, written from ~, so an 80-column terminal does not break it.
+    console.print(f"  chat      {chat}", soft_wrap=True)
+    console.print(f"  API key   {home_relative(ready.state.api_key_file)}", soft_wrap=True)
     console.print(f"  manage    {' | '.join(manage)}", soft_wrap=True)
     if ready.monitor_pid:
         console.print(f"  monitor   sm120 monitor (pid {ready.monitor_pid}; peaks, watchdog)")

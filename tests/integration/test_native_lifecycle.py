@@ -59,6 +59,11 @@ def test_launch_prints_ready_banner(served: dict[str, object]) -> None:
     assert f"http://127.0.0.1:{served['port']}/v1" in out
     assert "KV cache  1,048,576 tokens" in out  # 1 GiB / (2 layers x 2 heads x 64 x 2 x 2 B)
     assert "loading weights" in out
+    # the key's path has a line of its own that fits an 80-column terminal
+    key_lines = [line for line in out.splitlines() if line.startswith("  API key   ")]
+    assert len(key_lines) == 1
+    assert key_lines[0].endswith("deployments/tiny/api_key")
+    assert len(key_lines[0]) <= 80
     # phase progress went to stderr as it happened
     assert "sizing the KV cache" in launched.stderr  # type: ignore[attr-defined]
 
