@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from sm120.errors import SM120Error
 from sm120.gateway.backends import Backend
 from sm120.gateway.proxy import build_app
-from sm120.gateway.swap import SwapPolicy, Swapper
+from sm120.gateway.swap import Swapper, SwapPolicy
 
 GATEWAY_KEY = "gateway-test-key"
 
@@ -85,3 +85,19 @@ async def running_gateway(
         await client.close()
         await server.close()
         await upstream.close()
+
+
+async def exchange(
+    table: dict[str, Backend],
+    policy: SwapPolicy,
+    actions: FakeActions,
+    method: str,
+    path: str,
+    **request: Any,
+) -> tuple[int, dict[str, str], bytes]:
+    """One request through a fresh gateway: its status, headers and body."""
+    async with (
+        running_gateway(table, policy, actions) as (client, _),
+        client.request(method, path, **request) as answer,
+    ):
+        return answer.status, dict(answer.headers), await answer.read()

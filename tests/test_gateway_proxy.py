@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -11,9 +12,10 @@ import httpx
 from sm120.gateway.backends import Backend
 from sm120.gateway.swap import SwapPolicy
 from tests.fake_openai_server import FakeOpenAIServer, Reply
-from tests.gateway_fakes import FakeActions, backend, running_gateway
+from tests.gateway_fakes import FakeActions, backend, exchange, running_gateway
 from tests.integration.realstack import free_port
 
+CHAT_PATH = "/v1/chat/completions"
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -27,12 +29,8 @@ def test_models_lists_every_backend_with_whether_it_is_awake() -> None:
         "b": backend("b", "http://127.0.0.1:2", running=False),
     }
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
-            async with client.get("/v1/models") as answer:
-                return answer.status, await answer.json()
-
-    status, body = run(scenario())
+    status, _, raw = run(exchange(table, SwapPolicy(), FakeActions(table), "GET", "/v1/models"))
+    body = json.loads(raw)
     assert status == 200
     assert [(m["id"], m["deployment"], m["awake"]) for m in body["data"]] == [
         ("a", "dep-a", True),
@@ -59,12 +57,12 @@ def test_v1_needs_the_gateway_key_and_health_does_not() -> None:
 def test_unknown_model_is_404_listing_the_models() -> None:
     table = {"a": backend("a", "http://127.0.0.1:1"), "b": backend("b", "http://127.0.0.1:2")}
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
-            async with client.post("/v1/chat/completions", json={**CHAT, "model": "c"}) as answer:
-                return answer.status, await answer.json()
-
-    status, body = run(scenario())
+    status, _, raw = run(
+        exchange(
+            table, SwapPolicy(), FakeActions(table), "POST", CHAT_PATH, json={**CHAT, "model": "c"}
+        )
+    )
+    body = json.loads(raw)
     assert status == 404
     assert body["error"]["message"] == "model 'c' is not served here; models: a, b"
     assert body["error"]["models"] == ["a", "b"]
@@ -76,12 +74,11 @@ def test_a_streamed_chat_comes_through_byte_for_byte() -> None:
         table = {"a": backend("a", fake.url, api_key="backend-key")}
         body = {**CHAT, "model": "a", "stream": True}
 
-        async def scenario() -> Any:
-            async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
-                async with client.post("/v1/chat/completions", json=body) as answer:
-                    return answer.status, answer.headers["Content-Type"], await answer.read()
-
-        status, kind, relayed = run(scenario())
+        actions = FakeActions(table)
+        status, headers, relayed = run(
+            exchange(table, SwapPolicy(), actions, "POST", CHAT_PATH, json=body)
+        )
+        kind = headers["Content-Type"]
         direct = httpx.post(
             f"{fake.url}/v1/chat/completions",
             json=body,
@@ -90,7 +87,7 @@ def test_a_streamed_chat_comes_through_byte_for_byte() -> None:
     assert status == 200 and kind == "text/event-stream"
     assert relayed == direct
     assert relayed.endswith(b"data: [DONE]\n\n")
-    # The backend saw its own key, never the gateway's.
+    # The fake refuses any key but its own (401): the gateway swapped in the backend's key.
     assert fake.requests[0]["model"] == "a"
 
 
@@ -99,12 +96,12 @@ def test_an_upstream_error_keeps_its_status_and_body() -> None:
         fake.script(Reply(status=400, error_message="max_tokens is too large"))
         table = {"a": backend("a", fake.url)}
 
-        async def scenario() -> Any:
-            async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
-                async with client.post("/v1/chat/completions", json={**CHAT, "model": "a"}) as a:
-                    return a.status, await a.json()
-
-        status, body = run(scenario())
+        request = {**CHAT, "model": "a"}
+        actions = FakeActions(table)
+        status, _, raw = run(
+            exchange(table, SwapPolicy(), actions, "POST", CHAT_PATH, json=request)
+        )
+        body = json.loads(raw)
     assert status == 400
     assert body == {"object": "error", "message": "max_tokens is too large", "code": 400}
 
@@ -128,12 +125,12 @@ def test_a_stopped_model_without_swapping_is_503_naming_the_way_out() -> None:
     table = {"a": backend("a", "http://127.0.0.1:1", running=False)}
     actions = FakeActions(table)
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(max_awake=0), actions) as (client, _):
-            async with client.post("/v1/chat/completions", json={**CHAT, "model": "a"}) as answer:
-                return answer.status, answer.headers.get("Retry-After"), await answer.json()
-
-    status, retry, body = run(scenario())
+    status, headers, raw = run(
+        exchange(
+            table, SwapPolicy(max_awake=0), actions, "POST", CHAT_PATH, json={**CHAT, "model": "a"}
+        )
+    )
+    retry, body = headers.get("Retry-After"), json.loads(raw)
     assert status == 503 and retry is None
     assert body["error"]["message"] == (
         "model 'a' is not running (deployment dep-a) (hint: start it (sm120 launch ... --name "
@@ -205,12 +202,12 @@ def test_a_failed_start_is_503_with_the_reason() -> None:
     actions = FakeActions(table)
     actions.fail_start = "the engine exited with code 1 before it was ready"
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(max_awake=1), actions) as (client, _):
-            async with client.post("/v1/chat/completions", json={**CHAT, "model": "a"}) as answer:
-                return answer.status, answer.headers.get("Retry-After"), await answer.json()
-
-    status, retry, body = run(scenario())
+    status, headers, raw = run(
+        exchange(
+            table, SwapPolicy(max_awake=1), actions, "POST", CHAT_PATH, json={**CHAT, "model": "a"}
+        )
+    )
+    retry, body = headers.get("Retry-After"), json.loads(raw)
     assert status == 503 and retry == "30"
     assert body["error"]["message"] == (
         "switching to 'a' failed: the engine exited with code 1 before it was ready "
@@ -225,12 +222,17 @@ def test_no_room_when_what_runs_cannot_be_started_again() -> None:
     }
     actions = FakeActions(table)
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(max_awake=1), actions) as (client, _):
-            async with client.post("/v1/completions", json={"model": "b", "prompt": "x"}) as a:
-                return a.status, await a.json()
-
-    status, body = run(scenario())
+    status, _, raw = run(
+        exchange(
+            table,
+            SwapPolicy(max_awake=1),
+            actions,
+            "POST",
+            "/v1/completions",
+            json={"model": "b", "prompt": "x"},
+        )
+    )
+    body = json.loads(raw)
     assert status == 503
     assert body["error"]["message"] == (
         "no room for 'b': dep-a already run and the gateway cannot "
@@ -242,13 +244,11 @@ def test_no_room_when_what_runs_cannot_be_started_again() -> None:
 def test_a_request_without_a_model_is_404() -> None:
     table = {"a": backend("a", "http://127.0.0.1:1")}
 
-    async def scenario() -> Any:
-        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
-            async with client.post("/v1/completions", data=b"not json") as answer:
-                return answer.status, await answer.json()
-
-    status, body = run(scenario())
+    status, _, raw = run(
+        exchange(
+            table, SwapPolicy(), FakeActions(table), "POST", "/v1/completions", data=b"not json"
+        )
+    )
+    body = json.loads(raw)
     assert status == 404
     assert body["error"]["message"] == "the request names no model; models: a"
-
-
