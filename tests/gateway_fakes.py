@@ -42,6 +42,8 @@ class FakeActions:
         self.delay_s = delay_s
         self.done: list[str] = []
         self.fail_start: str | None = None
+        # What the engines say when asked whether they sleep.
+        self.sleeping: set[str] = set()
 
     def _set(self, target: Backend, running: bool) -> None:
         self.table[target.model] = dataclasses.replace(target, running=running)
@@ -59,9 +61,14 @@ class FakeActions:
 
     async def sleep(self, target: Backend) -> None:
         self.done.append(f"sleep {target.deployment}")
+        self.sleeping.add(target.deployment)
 
     async def wake(self, target: Backend) -> None:
         self.done.append(f"wake {target.deployment}")
+        self.sleeping.discard(target.deployment)
+
+    async def is_sleeping(self, target: Backend) -> bool:
+        return target.deployment in self.sleeping
 
 
 @contextlib.asynccontextmanager

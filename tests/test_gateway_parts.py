@@ -108,10 +108,14 @@ def _sleepy_engine(calls: list[str], sleep_routes: bool) -> web.Application:
         calls.append(f"{request.method} {request.path_qs} {request.headers.get('Authorization')}")
         return web.json_response({"status": "ok"})
 
+    async def is_sleeping(_request: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": True})
+
     app = web.Application()
     if sleep_routes:
         app.router.add_post("/sleep", record)
         app.router.add_post("/wake_up", record)
+        app.router.add_get("/is_sleeping", is_sleeping)
     return app
 
 
@@ -126,7 +130,9 @@ def _actions_against(sleep_routes: bool, *steps: str) -> tuple[list[str], Any]:
             async with aiohttp.ClientSession() as session:
                 actions = EngineActions(session)
                 for step in steps:
-                    await getattr(actions, step)(target)
+                    answer = await getattr(actions, step)(target)
+                    if answer is not None:
+                        calls.append(f"{step} -> {answer}")
         except SwapFailed as exc:
             return exc.one_line()
         finally:
@@ -142,6 +148,11 @@ def test_sleep_and_wake_call_the_engine_with_its_key() -> None:
     assert calls[0] == "POST /wake_up Bearer k"
     # No model_dir in the state (there is none): the RAM check has nothing to weigh.
     assert calls[1] == "POST /sleep?level=1 Bearer k"
+
+
+def test_whether_an_engine_sleeps_is_asked_and_unknown_means_awake() -> None:
+    assert _actions_against(True, "is_sleeping") == (["is_sleeping -> True"], None)
+    assert _actions_against(False, "is_sleeping") == (["is_sleeping -> False"], None)
 
 
 def test_an_engine_without_sleep_routes_says_how_to_get_them() -> None:

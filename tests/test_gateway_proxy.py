@@ -160,19 +160,28 @@ def test_asking_for_a_stopped_model_stops_the_least_recently_used_and_starts_it(
 
 
 def test_sleep_mode_backends_sleep_and_wake_instead() -> None:
-    table = {
-        "a": backend("a", "http://127.0.0.1:1", sleep_mode=True),
-        "b": backend("b", "http://127.0.0.1:2", sleep_mode=True),
-    }
-    actions = FakeActions(table)
+    with FakeOpenAIServer(model="b") as fake:
+        table = {
+            "a": backend("a", "http://127.0.0.1:1", sleep_mode=True),
+            "b": backend("b", fake.url, sleep_mode=True),
+        }
+        actions = FakeActions(table)
+        actions.sleeping.add("dep-b")  # put to sleep before the gateway started
 
-    async def scenario() -> list[bool]:
-        async with running_gateway(table, SwapPolicy(max_awake=1), actions) as (_, swapper):
-            swapper.asleep.add("dep-b")
-            await swapper.ensure_awake(table["b"])
-            return [swapper.awake(table["a"]), swapper.awake(table["b"])]
+        async def scenario() -> Any:
+            async with running_gateway(table, SwapPolicy(max_awake=1), actions) as (client, _):
+                async with client.get("/v1/models") as listed:
+                    before = {m["id"]: m["awake"] for m in (await listed.json())["data"]}
+                async with client.post(CHAT_PATH, json={**CHAT, "model": "b"}) as answer:
+                    status = answer.status
+                async with client.get("/v1/models") as listed:
+                    after = {m["id"]: m["awake"] for m in (await listed.json())["data"]}
+                return before, status, after
 
-    assert run(scenario()) == [False, True]
+        before, status, after = run(scenario())
+    assert before == {"a": True, "b": False}
+    assert status == 200
+    assert after == {"a": False, "b": True}
     assert actions.done == ["sleep dep-a", "wake dep-b"]
 
 

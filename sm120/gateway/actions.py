@@ -23,6 +23,8 @@ from sm120.state import load_state
 
 SLEEP_LEVEL = 1
 SLEEP_CALL_TIMEOUT_S = 300.0
+# Asked on every routed request for a sleep-mode backend: a loopback call, or it is awake.
+IS_SLEEPING_TIMEOUT_S = 2.0
 
 
 class EngineActions:
@@ -49,12 +51,25 @@ class EngineActions:
     async def wake(self, backend: Backend) -> None:
         await self._post(backend, "/wake_up")
 
+    async def is_sleeping(self, backend: Backend) -> bool:
+        """What the engine says; an engine that cannot say (no dev routes, not up) is taken
+        as awake, and a request to it finds out."""
+        timeout = aiohttp.ClientTimeout(total=IS_SLEEPING_TIMEOUT_S)
+        try:
+            async with self.session.get(
+                backend.base_url + "/is_sleeping", headers=_auth(backend), timeout=timeout
+            ) as answer:
+                if answer.status != 200:
+                    return False
+                return bool((await answer.json()).get("is_sleeping"))
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return False
+
     async def _post(self, backend: Backend, path: str) -> None:
-        headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else {}
         timeout = aiohttp.ClientTimeout(total=SLEEP_CALL_TIMEOUT_S)
         try:
             async with self.session.post(
-                backend.base_url + path, headers=headers, timeout=timeout
+                backend.base_url + path, headers=_auth(backend), timeout=timeout
             ) as answer:
                 if answer.status == 404:
                     raise SwapFailed(
@@ -72,6 +87,10 @@ class EngineActions:
                 f"{path} on deployment {backend.deployment} failed: {exc}",
                 "see 'sm120 status'",
             ) from None
+
+
+def _auth(backend: Backend) -> dict[str, str]:
+    return {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else {}
 
 
 def host_ram_shortfall(backend: Backend, meminfo: Path = Path("/proc/meminfo")) -> str | None:

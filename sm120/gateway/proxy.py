@@ -72,6 +72,7 @@ async def _health(_request: web.Request) -> web.Response:
 async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
     backends = await swapper.discover()
+    await swapper.observe(backends)
     data = [
         {
             "id": model,
@@ -93,6 +94,7 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     backend = backends.get(model or "")
     if backend is None:
         return _unknown_model(model, sorted(backends))
+    await swapper.observe({backend.model: backend})
     try:
         await swapper.ensure_awake(backend)
     except SwapFailed as exc:

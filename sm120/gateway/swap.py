@@ -52,6 +52,8 @@ class SwapActions(Protocol):
 
     async def wake(self, backend: Backend) -> None: ...
 
+    async def is_sleeping(self, backend: Backend) -> bool: ...
+
 
 Discover = Callable[[], Awaitable[dict[str, Backend]]]
 
@@ -70,6 +72,17 @@ class Swapper:
 
     def awake(self, backend: Backend) -> bool:
         return backend.running and backend.deployment not in self.asleep
+
+    async def observe(self, backends: dict[str, Backend]) -> None:
+        """Ask each running sleep-mode engine whether it sleeps: one put to sleep before this
+        gateway started (or by hand) is known as asleep, one woken by hand as awake."""
+        sleepers = [b for b in backends.values() if b.running and b.sleep_mode]
+        answers = await asyncio.gather(*(self.actions.is_sleeping(b) for b in sleepers))
+        for sleeper, sleeping in zip(sleepers, answers, strict=True):
+            if sleeping:
+                self.asleep.add(sleeper.deployment)
+            else:
+                self.asleep.discard(sleeper.deployment)
 
     def used(self, backend: Backend) -> None:
         self.last_used[backend.deployment] = time.monotonic()
@@ -114,6 +127,7 @@ class Swapper:
     async def _swap_in(self, model: str) -> None:
         async with self._lock:
             backends = await self.discover()
+            await self.observe(backends)
             target = backends.get(model)
             if target is None:
                 raise SwapFailed(f"model '{model}' is gone", "see 'sm120 status'")
