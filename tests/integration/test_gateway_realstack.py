@@ -154,6 +154,10 @@ def test_a_killed_backend_answers_503_within_seconds(stack: dict[str, Any]) -> N
     assert answer.json()["error"]["message"].startswith(
         ("model 'tiny-b' is not running", "deployment tiny-b did not answer")
     )
+    # The engine's supervisor records the kill within a moment; then it is listed asleep.
+    deadline = time.monotonic() + 10
+    while _models(stack)["tiny-b"] and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _models(stack) == {"tiny-a": True, "tiny-b": False}
 
 
