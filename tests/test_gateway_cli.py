@@ -195,3 +195,40 @@ def test_the_gateway_process_refuses_a_second_copy(gateway_port: int, cli: CliRu
     )
     assert second.returncode == 2
     assert second.stderr.startswith("Error: a gateway already runs (pid ")
+
+
+def test_foreground_serves_until_sigterm(gateway_port: int, isolated_home: Path) -> None:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sm120",
+            "gateway",
+            "start",
+            "--foreground",
+            "--port",
+            str(gateway_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{gateway_port}/health", timeout=1).status_code:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert gateway_files().address.exists()
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0
+    assert err.startswith(f"gateway serving http://127.0.0.1:{gateway_port}/v1; clients send")
+    assert gateway_files().api_key.read_text().strip() not in err
+    assert not gateway_files().address.exists()
