@@ -60,13 +60,13 @@ def _backend_key(stack: dict[str, Any], name: str) -> str:
     return (Path(stack["home"]) / "deployments" / name / "api_key").read_text().strip()
 
 
-def _streamed(url: str, key: str, model: str) -> tuple[list[str], str | None]:
+def _streamed(url: str, key: str, model: str, timeout: float = 120) -> tuple[list[str], str | None]:
     """The content pieces of a streamed greedy chat, and its finish reason."""
     body = {**CHAT, "model": model, "stream": True, "temperature": 0}
     pieces: list[str] = []
     finish = None
     with httpx.stream(
-        "POST", f"{url}/v1/chat/completions", json=body, headers=_auth(key), timeout=120
+        "POST", f"{url}/v1/chat/completions", json=body, headers=_auth(key), timeout=timeout
     ) as answer:
         assert answer.status_code == 200, answer.read()
         assert answer.headers["content-type"].startswith("text/event-stream")
@@ -170,7 +170,8 @@ def test_the_gateway_swaps_by_stop_and_start(stack: dict[str, Any]) -> None:
     started = sm120(home, "gateway", "start", "--port", str(port), "--max-awake", "1")
     assert started.returncode == 0, started.stderr
     began = time.monotonic()
-    pieces, finish = _streamed(stack["gateway"], stack["key"], "tiny-b")
+    # The request waits through the swap: a start takes about a minute on 2 busy cores.
+    pieces, finish = _streamed(stack["gateway"], stack["key"], "tiny-b", timeout=500)
     swap_s = time.monotonic() - began
     print(f"\nswap (stop tiny-a, start tiny-b, answer): {swap_s:.1f} s")
     assert finish is not None and any(pieces)
