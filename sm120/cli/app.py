@@ -13,6 +13,7 @@ from sm120.cli import (
     engine,
     evaluate,
     gates,
+    gateway,
     images,
     launch,
     manage,
@@ -63,6 +64,7 @@ service.register(app)
 bench.register(app)
 gates.register(app)
 evaluate.register(app)
+gateway.register(app)
 
 
 def main() -> None:

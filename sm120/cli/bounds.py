@@ -69,6 +69,8 @@ BOUNDS: dict[str, Bound] = {
     "--lengths": Bound(1, 1 << 24, "prompt tokens, e.g. --lengths 1024,8192"),
     "--min-score": Bound(0, 1, "e.g. 0.94"),
     "--lines": Bound(0, 1_000_000, "e.g. -n 50"),
+    "--max-awake": Bound(0, 1024, "how many deployments fit at once; 0 never swaps"),
+    "--swap-wait": Bound(1, DAY_S, "seconds a request waits for a swap, e.g. --swap-wait 600"),
 }
 
 

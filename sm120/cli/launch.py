@@ -67,7 +67,11 @@ def launch(
     force: list[str] = typer.Option([], "--force", help="Skip a rule by id (recorded)."),
     env_file: Path | None = typer.Option(None, "--env-file", help="A .env file (default ./.env)."),
     no_think: bool = typer.Option(False, "--no-think", help="Reasoning off (recipe allowing)."),
-    gpus: int | None = typer.Option(None, "--gpus", help="Check against N GPUs, not detected."),
+    gpus: str | None = typer.Option(
+        None,
+        "--gpus",
+        help="N: check against N GPUs, not detected. 0,1 or device=3: run on these GPUs.",
+    ),
     arch: str | None = typer.Option(None, "--arch", help="Check against this arch (sm_120)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
@@ -119,13 +123,22 @@ def launch(
     from sm120.hardware import declared
 
     gate_request = _gate_request(gate, keep_on_fail, gate_max_tokens)
+    count, placement = _gpu_choice(gpus)
+    if placement is not None:
+        from sm120.placement.gpus import PLACEMENT_ENV, placement_set
+
+        sets = [*sets, f"env.{PLACEMENT_ENV}={placement_set(placement)}"]
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
     addresses = None
     if nodes is not None:
         from sm120.cluster.hosts import parse_nodes
 
         addresses = parse_nodes(nodes)
-    hardware = declared(gpus, arch)
+    hardware = declared(count, arch)
+    if placement is not None:
+        from sm120.placement.check import placed_hardware
+
+        hardware = placed_hardware(placement, arch)
     # Nodes of a multi-node plan are checked one by one at launch, not against this machine.
     if hardware is None and not dry_run and addresses is None:
         from sm120.hardware import Hardware, detect
@@ -133,6 +146,10 @@ def launch(
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     _check_runtime(runtime, network)
     checked = checked_plan(request, hardware)
+    if placement is not None:
+        from sm120.placement.check import check_placeable
+
+        check_placeable(checked.plan, placement)
     launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
     if addresses is None:
         # The weights of a multi-node plan sit at one path on every node: no local default.
@@ -183,7 +200,11 @@ def launch(
     replacing = running_deployment(name or checked.plan.recipe, replace) is not None
     # Will it run here at all, before fetching hundreds of GB of weights for it. Declared
     # hardware (--gpus/--arch) replaces what this machine has, so its checks are moot then.
-    if gpus is None and arch is None:
+    if placement is not None:
+        from sm120.placement.check import check_no_overlap
+
+        check_no_overlap(placement, name or checked.plan.recipe)
+    if count is None and arch is None:
         preflight_or_stop(checked.plan, None, _progress_line, replacing=replacing)
     checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
@@ -261,6 +282,19 @@ def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> 
     again = checked_plan(request, checked.hardware)
     again.raise_on_failure()
     return again
+
+
+def _gpu_choice(gpus: str | None) -> tuple[int | None, tuple[int, ...] | None]:
+    """--gpus as a count (range-checked as every numeric option is) or a GPU set."""
+    from sm120.cli.bounds import BOUNDS, check_number
+    from sm120.placement.gpus import parse_gpus
+
+    if gpus is None:
+        return None, None
+    choice = parse_gpus(gpus)
+    if choice.count is not None:
+        check_number("--gpus", choice.count, BOUNDS["launch --gpus"])
+    return choice.count, choice.placement
 
 
 def _progress_line(line: str) -> None:

@@ -37,6 +37,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
 ) -> None:
     """What runs, since when, where, and how healthy it is."""
+    from sm120.gateway.control import gateway_status
+    from sm120.gateway.files import gateway_files
     from sm120.lifecycle.find import find_deployment
     from sm120.lifecycle.status import describe
     from sm120.state import list_states
@@ -44,14 +46,18 @@ def status(
     name = _one_name(deployment, name)
     states = [find_deployment(name)] if name else list_states()
     rows = [describe(state) for state in states]
+    # The gateway is listed with every deployment, and only while it runs.
+    gateway = gateway_status(gateway_files()) if not name else None
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        extra = [gateway.as_dict()] if gateway and gateway.running else []
+        typer.echo(json.dumps(rows + extra, indent=2))
         return
     if not rows:
         typer.echo("nothing is deployed (start one: sm120 launch tiny)")
-        return
     for row in rows:
         typer.echo(_status_text(row))
+    if gateway and gateway.running:
+        typer.echo(gateway.describe())
 
 
 def _status_text(row: dict[str, object]) -> str:

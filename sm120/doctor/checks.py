@@ -14,6 +14,7 @@ from sm120.doctor.gpu_source import GpuProbe
 from sm120.doctor.needs import SM12X, Needs
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot
 from sm120.doctor.topology import interconnect
+from sm120.placement.gpus import placed_on
 
 MIN_CUDA_SM120 = (12, 8)
 BUSY_FRACTION = 0.10  # without a plan, a GPU more than 10% full is worth a warning
@@ -230,7 +231,12 @@ def _holder_text(snapshot: Snapshot, gpu: int | None) -> str:
 def check_gpu_memory(snapshot: Snapshot | None, needs: Needs) -> list[Finding]:
     if snapshot is None:
         return []
-    used_gpus = snapshot.gpus[: needs.gpus] if needs.uses_gpus else snapshot.gpus
+    placed = placed_on(needs.env)
+    if placed is not None:
+        # launch --gpus 0,1: the engine sees these GPUs only, whatever the others hold.
+        used_gpus = [gpu for gpu in snapshot.gpus if gpu.index in placed]
+    else:
+        used_gpus = snapshot.gpus[: needs.gpus] if needs.uses_gpus else snapshot.gpus
     return [_gpu_memory(snapshot, gpu, needs) for gpu in used_gpus]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from sm120.checks import CheckedPlan, plan_document
 from sm120.client import ServerClient, smoke_test
 from sm120.errors import SM120Error
+from sm120.lifecycle.monitoring import keep_launch_spec
 from sm120.lifecycle.ports import ensure_port_free
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.lifecycle.wait import StartupFailed, WaitResult, wait_until_ready
@@ -247,6 +248,9 @@ def _launch_locked(
 
         prepare_monitor(plan, spec, state.runtime)
         ready.monitor_pid = start_for(options.name)
+    else:
+        # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
+        keep_launch_spec(spec)
     return ready
 
 

@@ -44,6 +44,13 @@ def prepare_monitor(plan: LaunchPlan, spec: LaunchSpec, runtime_name: str) -> Mo
     return files
 
 
+def keep_launch_spec(spec: LaunchSpec) -> None:
+    """Without a monitor too: what the gateway starts a stopped deployment again from."""
+    files = monitor_files(spec.name)
+    files.make_dirs()
+    save_launch_spec(files.launch_spec, spec)
+
+
 def prepare_watch_only(plan: LaunchPlan, name: str, runtime_name: str) -> MonitorFiles:
     """The monitor for a deployment it cannot restart (one engine over several nodes starts
     node by node, not from one argv): logs, peaks and wedge alerts, no watchdog restarts."""

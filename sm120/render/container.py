@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.placement.gpus import PLACEMENT_ENV, placed_on
 from sm120.plan import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -87,6 +88,18 @@ def _healthcheck(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
+def _gpu_request(plan: LaunchPlan, environment: dict[str, str]) -> dict[str, Any]:
+    """The container's GPUs: a placed plan (launch --gpus 0,1) asks Docker for those devices,
+    and the engine inside sees them renumbered from 0, so the variable that pinned it natively
+    is dropped rather than pointing at GPUs the container does not have."""
+    placed = placed_on(environment)
+    if placed is None:
+        return {"driver": "nvidia", "count": plan.hardware.gpus, "capabilities": [["gpu"]]}
+    del environment[PLACEMENT_ENV]
+    ids = [str(index) for index in placed]
+    return {"driver": "nvidia", "device_ids": ids, "capabilities": [["gpu"]]}
+
+
 def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, Any]:
     argv = container_argv(plan, where.network)
     run: dict[str, Any] = {
@@ -109,9 +122,7 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         # CUDA IPC between the tensor-parallel ranks needs the host IPC namespace.
         run["ipc_mode"] = "host"
         run["ulimits"] = [dict(limit) for limit in ULIMITS]
-        run["device_requests"] = [
-            {"driver": "nvidia", "count": plan.hardware.gpus, "capabilities": [["gpu"]]}
-        ]
+        run["device_requests"] = [_gpu_request(plan, run["environment"])]
     else:
         run["shm_size"] = plan.image.shm_size
     return run

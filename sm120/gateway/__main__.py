@@ -1,0 +1,35 @@
+"""`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]`: the gateway
+process that `sm120 gateway start` runs detached (or in the foreground)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sm120.errors import SM120Error
+from sm120.gateway.config import GatewayConfig
+from sm120.gateway.files import gateway_files
+from sm120.gateway.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sm120.gateway")
+    parser.add_argument("--host", default=GatewayConfig.host)
+    parser.add_argument("--port", type=int, default=GatewayConfig.port)
+    parser.add_argument("--max-awake", type=int, default=GatewayConfig.max_awake)
+    parser.add_argument("--swap-wait", type=float, default=GatewayConfig.swap_wait_s)
+    args = parser.parse_args(argv)
+    config = GatewayConfig(args.host, args.port, args.max_awake, args.swap_wait)
+    try:
+        serve(config, gateway_files())
+    except SM120Error as exc:
+        sys.stderr.write(f"Error: {exc.one_line()}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"Error: cannot listen on {args.host}:{args.port}: {exc.strerror}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Which model is served by which deployment, read from sm120's own state files each time it
+is asked (deployments come and go while the gateway runs).
+
+A deployment counts when it runs now (its state file) or when it could be started again by
+the gateway (the launch spec its launch saved, sm120.monitor.files): a stopped deployment
+keeps that spec, so the gateway can bring it back for a request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120.lifecycle.find import runtime_for
+from sm120.lifecycle.monitoring import monitor_files
+from sm120.lifecycle.secrets import key_path, read_api_key
+from sm120.monitor.files import load_launch_spec
+from sm120.net import client_url
+from sm120.runtime.base import LaunchSpec
+from sm120.state import StateError, deployments_root, is_deployment_name, load_state
+
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
+
+
+@dataclass(frozen=True)
+class Backend:
+    model: str
+    deployment: str
+    base_url: str
+    api_key: str | None = field(repr=False)
+    running: bool
+    # The gateway can start it (a launch spec was saved when it was launched).
+    startable: bool
+    # Started with --enable-sleep-mode: it can sleep and wake instead of stop and start.
+    sleep_mode: bool
+
+
+def discover() -> dict[str, Backend]:
+    """Every model a deployment serves or could serve again, keyed by the model name. When
+    two deployments serve one name, a running one wins, then the first by name."""
+    root = deployments_root()
+    found: dict[str, Backend] = {}
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.iterdir()):
+        backend = _backend(folder)
+        if backend is None:
+            continue
+        current = found.get(backend.model)
+        if current is None or (backend.running and not current.running):
+            found[backend.model] = backend
+    return found
+
+
+def _backend(folder: Path) -> Backend | None:
+    name = folder.name
+    if not folder.is_dir() or not is_deployment_name(name):
+        return None
+    try:
+        state = load_state(name)
+    except StateError:
+        # An unusable state file is `sm120 status`'s to report; the gateway leaves it alone.
+        return None
+    key = read_api_key(state.api_key_file if state else str(key_path(name)))
+    spec = load_launch_spec(monitor_files(name).launch_spec, key)
+    if state is not None:
+        running = runtime_for(state).status(state).running
+        return Backend(
+            model=state.served_model_name,
+            deployment=name,
+            base_url=client_url(state.host, state.port),
+            api_key=key,
+            running=running,
+            startable=spec is not None,
+            sleep_mode=_sleeps(spec),
+        )
+    if spec is None:
+        return None
+    return Backend(
+        model=spec.served_model_name,
+        deployment=name,
+        base_url=client_url(spec.host, spec.port),
+        api_key=key,
+        running=False,
+        startable=True,
+        sleep_mode=_sleeps(spec),
+    )
+
+
+def _sleeps(spec: LaunchSpec | None) -> bool:
+    return spec is not None and SLEEP_MODE_FLAG in spec.argv

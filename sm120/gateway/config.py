@@ -1,0 +1,23 @@
+"""What a gateway is started with, and every default of it (the CLI options read these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HOST = "127.0.0.1"
+# Off vLLM's 8000 and the recipes' ports, so the gateway rarely takes an engine's port.
+DEFAULT_PORT = 8808
+# 0: the gateway routes only; it never starts, stops, sleeps or wakes a deployment.
+DEFAULT_MAX_AWAKE = 0
+# How long a request waits for its model to come up: a cold start of a big model may take
+# 40 minutes, but a client should hear back sooner (503 + Retry-After); the swap goes on.
+DEFAULT_SWAP_WAIT_S = 600.0
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    # How many deployments fit at once: past it, asking for another puts one away.
+    max_awake: int = DEFAULT_MAX_AWAKE
+    swap_wait_s: float = DEFAULT_SWAP_WAIT_S

@@ -1,0 +1,76 @@
+"""Where the gateway keeps what it needs between invocations: its API key, its locked pid
+file, what it listens on, and its log. All of it sits under sm120's (private) state dir."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sm120.lifecycle.secrets import read_api_key
+from sm120.pidlock import lock_holder
+from sm120.state import private_dir, sm120_home, write_private_atomically
+
+
+@dataclass(frozen=True)
+class GatewayFiles:
+    root: Path
+
+    @property
+    def api_key(self) -> Path:
+        return self.root / "api_key"
+
+    @property
+    def pid(self) -> Path:
+        return self.root / "gateway.pid"
+
+    @property
+    def address(self) -> Path:
+        return self.root / "gateway.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "gateway.log"
+
+
+def gateway_files() -> GatewayFiles:
+    return GatewayFiles(private_dir(sm120_home() / "gateway"))
+
+
+@dataclass(frozen=True)
+class GatewayAddress:
+    """What a running gateway listens on, written by the gateway itself once it listens."""
+
+    host: str
+    port: int
+    pid: int
+    started_at: float
+    max_awake: int
+
+
+def save_address(files: GatewayFiles, address: GatewayAddress) -> None:
+    write_private_atomically(files.address, json.dumps(asdict(address)) + "\n")
+
+
+def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | None:
+    """The pid of the gateway holding the lock and where it listens, or None when none runs.
+    The lock, not the file, says whether one runs: the pid in a file may be anybody's now."""
+    pid = lock_holder(files.pid)
+    if pid is None:
+        return None
+    try:
+        data = json.loads(files.address.read_text(encoding="utf-8"))
+        address = GatewayAddress(**data)
+    except (OSError, ValueError, TypeError):
+        return pid, None
+    return pid, address if address.pid == pid else None
+
+
+def ensure_gateway_key(files: GatewayFiles) -> str:
+    """The gateway's own key: generated on first start, kept 0600, never printed."""
+    key = read_api_key(str(files.api_key))
+    if key is None:
+        key = secrets.token_urlsafe(32)
+        write_private_atomically(files.api_key, key)
+    return key

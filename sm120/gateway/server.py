@@ -1,0 +1,71 @@
+"""The gateway process: holds the locked pid file while it runs, says where it listens, and
+serves until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import aiohttp
+from aiohttp import web
+
+from sm120.errors import SM120Error
+from sm120.gateway.actions import EngineActions
+from sm120.gateway.backends import discover
+from sm120.gateway.config import GatewayConfig
+from sm120.gateway.files import (
+    GatewayAddress,
+    GatewayFiles,
+    ensure_gateway_key,
+    running_gateway,
+    save_address,
+)
+from sm120.gateway.proxy import build_app, discoverer
+from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.pidlock import PidLock
+
+
+class GatewayRunning(SM120Error):
+    """Another gateway holds the pid file."""
+
+
+def serve(config: GatewayConfig, files: GatewayFiles) -> None:
+    """Run the gateway in this process until SIGTERM/SIGINT."""
+    lock = PidLock(files.pid)
+    if not lock.acquire():
+        held = running_gateway(files)
+        raise GatewayRunning(
+            f"a gateway already runs (pid {held[0] if held else '?'})",
+            "see 'sm120 gateway status', or 'sm120 gateway stop' first",
+        )
+    try:
+        asyncio.run(_serve(config, files))
+    finally:
+        files.address.unlink(missing_ok=True)
+        lock.release()
+
+
+async def _serve(config: GatewayConfig, files: GatewayFiles) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, stop.set)
+    # No pool limit: every streamed answer holds its upstream connection until it ends.
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
+        swapper = Swapper(policy, EngineActions(session), discoverer(discover))
+        app = build_app(ensure_gateway_key(files), swapper, session)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, config.host, config.port).start()
+            address = GatewayAddress(
+                config.host, config.port, os.getpid(), time.time(), config.max_awake
+            )
+            save_address(files, address)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
