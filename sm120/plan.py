@@ -33,6 +33,7 @@ from sm120.recipe.schema import (
     ModelSource,
     MonitorSpec,
     MultiNode,
+    Published,
     Recipe,
     SmokeSpec,
     Timeouts,
@@ -90,6 +91,7 @@ class LaunchPlan:
     provenance: Mapping[str, str]
     plan_hash: str
     multinode: MultiNode | None = None
+    published: Published | None = None  # sourced figures, shown beside the roofline
 
     def arg(self, name: str, default: Any = None) -> Any:
         for key, value in self.args:
@@ -134,6 +136,7 @@ class _Work:
     thinking: bool
     derive: dict[str, Any]
     baseline: Baseline | None
+    published: Published | None
     smoke: dict[str, Any]
     timeouts: dict[str, Any]
     monitor: dict[str, Any]
@@ -167,6 +170,7 @@ def _start(recipe: Recipe) -> _Work:
         thinking=recipe.thinking,
         derive=recipe.derive.model_dump(),
         baseline=recipe.baseline,
+        published=recipe.published,
         smoke=recipe.smoke.model_dump(),
         timeouts=recipe.timeouts.model_dump(),
         monitor=recipe.monitor.model_dump(),
@@ -197,6 +201,10 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
     work.why.update(variant.why)
     if variant.baseline is not None:
         work.baseline = variant.baseline
+    if variant.published is not None:
+        work.published = variant.published
+    elif _changes_serving(variant):
+        work.published = None  # the figures were measured on another configuration
     if variant.thinking is not None:
         work.thinking = variant.thinking
     if variant.derive is not None:
@@ -205,6 +213,18 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.smoke = variant.smoke.model_dump()
     if variant.multinode is not None:
         work.multinode = variant.multinode.model_dump()
+
+
+def _changes_serving(variant: Variant) -> bool:
+    return bool(
+        variant.engine
+        or variant.args
+        or variant.model
+        or variant.image
+        or variant.hardware
+        or variant.multinode
+        or variant.replace_args
+    )
 
 
 def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
@@ -484,4 +504,5 @@ def _freeze(
         provenance=dict(work.provenance),
         plan_hash=_hash(identity),
         multinode=_validated(MultiNode, work.multinode, "multinode") if work.multinode else None,
+        published=work.published,
     )

@@ -8,8 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sm120.checks import CheckedPlan
+from sm120.checks import CheckedPlan, performance_document
 from sm120.net import http_url
+from sm120.plan import LaunchPlan
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -106,6 +107,7 @@ def show_plan(checked: CheckedPlan) -> None:
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )
     console.print(f"plan      {plan.plan_hash}")
+    _show_performance(console, checked)
     console.print("\n[bold]command[/bold]")
     for text, why in _flag_lines(checked):
         console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
@@ -119,6 +121,49 @@ def show_plan(checked: CheckedPlan) -> None:
             )
     _show_derived(console, checked)
     _show_rules(console, checked)
+
+
+def performance_lines(plan: LaunchPlan) -> list[str]:
+    """Published figures, the decode roofline and their ratio, one fact a line."""
+    document = performance_document(plan)
+    published, roofline = document["published"], document["roofline_decode_tok_s"]
+    lines = []
+    if published is None:
+        lines.append("published  none with an openable source for this configuration")
+    else:
+        lines.append(
+            f"published  {published['decode_tok_s']:g} tok/s decode at 1 request"
+            f" ({published['hardware']}, {published['date']}, {published['engine_ref']})"
+        )
+        if published["prefill_tok_s"]:
+            lines.append(f"           {published['prefill_tok_s']:g} tok/s prefill")
+        if published["throughput_tok_s"]:
+            lines.append(
+                f"           {published['throughput_tok_s']:g} tok/s at "
+                f"{published['throughput_concurrency']} concurrent requests"
+            )
+        lines.append(f"           source: {published['source']}")
+    if roofline is None:
+        lines.append(f"roofline   unknown: {document['roofline']['unknown']}")
+    else:
+        detail = document["roofline"]
+        lines.append(
+            f"roofline   {roofline:g} tok/s decode at {detail['context_tokens']:,} tokens"
+            f" (TP {detail['tensor_parallel']} x {detail['bandwidth_gbs_per_gpu']:g} GB/s,"
+            f" {detail['weight_gb_per_token']:g} GB of weights a token)"
+        )
+    if published is not None and roofline:
+        lines.append(
+            f"ratio      published / roofline = {published['decode_tok_s'] / roofline:.2f}"
+            " (speculative decoding can pass 1)"
+        )
+    return lines
+
+
+def _show_performance(console: Console, checked: CheckedPlan) -> None:
+    console.print("\n[bold]performance[/bold]")
+    for line in performance_lines(checked.plan):
+        console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _show_derived(console: Console, checked: CheckedPlan) -> None:

@@ -69,7 +69,26 @@ def show_bench(report: Mapping[str, Any], console: Console | None = None) -> Non
         out.print(f"[dim]{name}: {how}[/dim]")
     for note in report.get("notes") or []:
         out.print(f"[dim]note: {note}[/dim]")
+    _show_against(report.get("against"), out)
     _show_comparisons(report.get("comparisons") or [], out)
+
+
+def _show_against(against: Mapping[str, Any] | None, out: Console) -> None:
+    if not against:
+        return
+    measured = _num(against["measured_decode_tok_s"])
+    if against.get("of_published") is not None:
+        out.print(
+            f"decode {measured} tok/s is {against['of_published'] * 100:.0f}% of the published "
+            f"{_num(against['published_decode_tok_s'])} tok/s ({against['published_source']})",
+            markup=False,
+        )
+    if against.get("of_roofline") is not None:
+        out.print(
+            f"decode {measured} tok/s is {against['of_roofline'] * 100:.0f}% of the roofline "
+            f"{_num(against['roofline_decode_tok_s'])} tok/s (memory bandwidth bound)",
+            markup=False,
+        )
 
 
 def _show_comparisons(comparisons: Sequence[Mapping[str, Any]], out: Console) -> None:

@@ -82,6 +82,27 @@ class ModelDims(Strict):
         description="Which layers allocate a sparse-attention indexer K-cache on the image's "
         "engine: the b12x fork builds one on every layer, upstream only on full layers.",
     )
+    hidden_size: int | None = Field(
+        None, gt=0, description="config.json hidden_size (the decode roofline's expert size)."
+    )
+    vocab_size: int | None = Field(
+        None,
+        gt=0,
+        description="config.json vocab_size: a token reads one row of the embedding table, "
+        "not all of it (the decode roofline).",
+    )
+    moe_intermediate_size: int | None = Field(
+        None, gt=0, description="config.json moe_intermediate_size: one routed expert's width."
+    )
+    n_routed_experts: int | None = Field(
+        None, gt=0, description="config.json n_routed_experts per MoE layer (after any pruning)."
+    )
+    num_experts_per_tok: int | None = Field(
+        None, gt=0, description="config.json num_experts_per_tok: routed experts a token uses."
+    )
+    first_k_dense_replace: int = Field(
+        0, ge=0, description="config.json first_k_dense_replace: leading dense (non-MoE) layers."
+    )
 
 
 class ModelSource(Strict):
@@ -156,6 +177,11 @@ class HardwareSpec(Strict):
         "pcie", description="How the GPUs talk; PCIe-only boxes need NCCL_P2P_DISABLE (F10)."
     )
     validated_on: str = Field(description="The machines the settings were proven on, in words.")
+    gpu_model: str | None = Field(
+        None,
+        description="The GPU the recipe targets, as nvidia-smi names it (e.g. RTX PRO 6000); "
+        "sm120/data/gpus.yaml gives its memory bandwidth for the decode roofline.",
+    )
 
 
 class Baseline(Strict):
@@ -166,6 +192,38 @@ class Baseline(Strict):
     max_context: int | None = Field(None, description="Longest context validated.")
     concurrency: float | None = Field(None, description="Max concurrency at max context.")
     notes: str | None = Field(None, description="Conditions of the measurement.")
+
+
+class PublishedFigure(Strict):
+    """One published measurement, with what a reader needs to check it."""
+
+    tok_s: float = Field(gt=0, description="Tokens per second as the source reports them.")
+    source: str = Field(
+        pattern=r"^https?://\S+$",
+        description="A link a user can open (issue, PR, README, benchmark table).",
+    )
+    hardware: str = Field(description="The machine it was measured on, in words.")
+    date: str = Field(
+        pattern=r"^\d{4}-\d{2}(-\d{2})?$", description="When it was measured (YYYY-MM[-DD])."
+    )
+    engine_ref: str = Field(description="Engine version, tag or commit the figure was taken on.")
+    notes: str | None = Field(None, description="Conditions: context, speculation, warm or cold.")
+
+
+class ThroughputFigure(PublishedFigure):
+    concurrency: int = Field(
+        gt=0, description="Concurrent requests: the highest concurrency the source gives."
+    )
+
+
+class Published(Strict):
+    """Published figures of a configuration, each with its source."""
+
+    decode: PublishedFigure = Field(description="Decode tokens/s at one request.")
+    prefill: PublishedFigure | None = Field(None, description="Prefill tokens/s.")
+    throughput: ThroughputFigure | None = Field(
+        None, description="Aggregate output tokens/s at the highest concurrency given."
+    )
 
 
 class Timeouts(Strict):
@@ -285,6 +343,9 @@ class Variant(Strict):
     )
     why: dict[str, str] = Field(default_factory=dict, description="Why-notes for what it sets.")
     baseline: Baseline | None = Field(None, description="Published numbers for this variant.")
+    published: Published | None = Field(
+        None, description="Sourced published figures of this variant (replaces the recipe's)."
+    )
     thinking: bool | None = Field(None, description="Overrides whether replies reason first.")
     derive: Derivations | None = Field(None, description="Different derivations.")
     smoke: SmokeSpec | None = Field(None, description="Different READY probe budget.")
@@ -319,6 +380,11 @@ class Recipe(Strict):
     )
     variants: dict[str, Variant] = Field(default_factory=dict, description="Named alternatives.")
     baseline: Baseline | None = Field(None, description="Published performance of the default.")
+    published: Published | None = Field(
+        None,
+        description="Sourced published figures of the default (decode at one request, prefill, "
+        "throughput at the highest concurrency), shown beside the decode roofline.",
+    )
     timeouts: Timeouts = Field(description="Launch time limits.")
     smoke: SmokeSpec = Field(default_factory=SmokeSpec, description="READY probe settings.")
     monitor: MonitorSpec = Field(
