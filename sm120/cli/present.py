@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sm120.checks import CheckedPlan, performance_document
+from sm120.images.updates import SHOWN as UPDATES_SHOWN
+from sm120.images.updates import Update
 from sm120.net import http_url
 from sm120.plan import LaunchPlan
 from sm120.recipe.loader import load_recipe, recipe_names
@@ -164,6 +166,31 @@ def _show_performance(console: Console, checked: CheckedPlan) -> None:
     console.print("\n[bold]performance[/bold]")
     for line in performance_lines(checked.plan):
         console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
+
+
+_UPDATE_TEXT = {
+    "current": "no newer build",
+    "unordered": "tags not comparable",
+    "unreachable": "unreachable",
+    "not-watched": "not watched",
+}
+
+
+def update_lines(updates: list[Update]) -> list[str]:
+    """One line per engine build: recipe, variant, what is pinned, what is newer."""
+    lines = []
+    for update in updates:
+        watched = update.watched
+        where = f"{watched.recipe} ({', '.join(watched.variants) or 'default'})"
+        if update.status == "newer":
+            shown = ", ".join(update.newer[:UPDATES_SHOWN])
+            more = len(update.newer) - UPDATES_SHOWN
+            state = f"newer: {shown}" + (f" (+{more} more)" if more > 0 else "")
+        else:
+            state = _UPDATE_TEXT[update.status]
+            state += f": {update.detail}" if update.detail else ""
+        lines.append(f"{where:<24} {watched.source:<5} {watched.label}  {state}")
+    return lines
 
 
 def _show_derived(console: Console, checked: CheckedPlan) -> None:
