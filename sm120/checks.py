@@ -113,6 +113,7 @@ def performance_document(plan: LaunchPlan) -> dict[str, Any]:
         "published": published_document(plan.published),
         "roofline_decode_tok_s": round(roofline.tok_s, 1) if roofline else None,
         "roofline": roofline.as_dict() if roofline else {"unknown": reason},
+        "speculative": plan.speculative.model_dump() if plan.speculative else None,
     }
 
 

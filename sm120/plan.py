@@ -36,6 +36,7 @@ from sm120.recipe.schema import (
     Published,
     Recipe,
     SmokeSpec,
+    Speculative,
     Timeouts,
     Variant,
 )
@@ -92,6 +93,14 @@ class LaunchPlan:
     plan_hash: str
     multinode: MultiNode | None = None
     published: Published | None = None  # sourced figures, shown beside the roofline
+
+    @property
+    def speculative(self) -> Speculative | None:
+        """The speculative decoding this plan runs (vLLM), however the recipe set it."""
+        config = self.arg("speculative-config")
+        if self.engine != "vllm" or not isinstance(config, dict):
+            return None
+        return Speculative.from_config(config)
 
     def arg(self, name: str, default: Any = None) -> Any:
         for key, value in self.args:
@@ -177,6 +186,8 @@ def _start(recipe: Recipe) -> _Work:
         port=recipe.default_port,
         multinode=recipe.multinode.model_dump() if recipe.multinode else None,
     )
+    if recipe.speculative is not None:
+        work.args["speculative-config"] = recipe.speculative.config()
     work.provenance.update({f"args.{k}": "recipe" for k in work.args})
     work.provenance.update({f"env.{k}": "recipe" for k in work.env})
     return work
@@ -213,6 +224,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.smoke = variant.smoke.model_dump()
     if variant.multinode is not None:
         work.multinode = variant.multinode.model_dump()
+    if variant.speculative is not None:
+        work.set_arg("speculative-config", variant.speculative.config(), layer)
 
 
 def _changes_serving(variant: Variant) -> bool:
@@ -224,6 +237,7 @@ def _changes_serving(variant: Variant) -> bool:
         or variant.hardware
         or variant.multinode
         or variant.replace_args
+        or variant.speculative
     )
 
 
@@ -307,6 +321,25 @@ def _check_args(work: _Work) -> None:
     for name in list(work.args):
         spec = flags.spec(name)
         work.args[name] = coerce_flag_value(spec, work.args[name])
+    _check_speculative(work)
+
+
+def _check_speculative(work: _Work) -> None:
+    """vLLM's --speculative-config, however it was set, must be one Speculative describes."""
+    config = work.args.get("speculative-config")
+    if work.engine != "vllm" or not isinstance(config, dict):
+        return
+    try:
+        Speculative.from_config(config)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if p != "options")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise PlanError(
+            f"speculative-config ({work.provenance.get('args.speculative-config', 'recipe')})"
+            f"{': ' + where if where else ''}: {message}",
+            'e.g. {"method": "mtp", "num_speculative_tokens": 2}',
+        ) from None
 
 
 def _derive(work: _Work, pending: list[str]) -> dict[str, Any]:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from sm120.measure import bench, history, metrics
 from sm120.measure.bench import BenchError, BenchOptions, plan_steps, run_bench
 from sm120.measure.load import TokenPool, run_load
+from sm120.measure.present import show_bench
 from sm120.measure.reference import decode_against
 from sm120.measure.target import Target, save_plan, target_for_url
 from sm120.measure.vllm_bench import (
@@ -689,6 +691,7 @@ def deployment(scripted: ScriptedServer, isolated_home: Path) -> Iterator[Script
         "baseline": {"source": "test", "decode_tps": 1_000_000},
         "published": {"decode_tok_s": 1000, "source": "https://example.org/figures"},
         "roofline_decode_tok_s": 2000,
+        "speculative": {"method": "ngram", "num_speculative_tokens": 3},
         "thinking": False,
     }
     save_plan("d", plan)
@@ -733,7 +736,7 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
     )  # fmt: skip
     assert code == 0
     assert "decode (single stream, 8 tokens):" in out
-    assert "speculative decoding: acceptance 66.7%, length 3.00" in out
+    assert "speculative decoding (ngram, 3 draft tokens): acceptance 66.7%, length 3.00" in out
     assert re.search(
         r"decode [\d,.]+ tok/s is \d+% of the published 1,000.0 tok/s "
         r"\(https://example.org/figures\)",
@@ -800,3 +803,25 @@ def test_decode_against_needs_a_measurement_and_a_reference() -> None:
     assert (only_roofline["of_published"], only_roofline["of_roofline"]) == (None, 0.25)
     both = decode_against(report, {"decode_tok_s": 40, "source": "https://x.org"}, 100.0)
     assert both is not None and (both["of_published"], both["of_roofline"]) == (1.25, 0.5)
+
+
+def test_configured_speculation_without_draft_counters_is_named() -> None:
+    report = {
+        "deployment": "d",
+        "model": "m",
+        "mode": "quick",
+        "decode": {"tps": 10.0, "output_tokens": 8, "tool": "sm120"},
+        "spec_decode": None,
+        "speculative": {"method": "mtp", "num_speculative_tokens": 2},
+    }
+    console = Console(record=True, width=200)
+    show_bench(report, console)
+    assert (
+        "speculative decoding (mtp, 2 draft tokens): configured, but no draft counters moved in "
+        "/metrics" in console.export_text()
+    )
+    console = Console(record=True, width=200)
+    show_bench({**report, "speculative": None}, console)
+    assert "speculative decoding: none (no draft counters moved in /metrics)" in (
+        console.export_text()
+    )

@@ -101,6 +101,7 @@ def bench(
     comparisons = history.compare(report, target.baseline, previous, threshold)
     report["comparisons"] = [c.as_dict() for c in comparisons]
     report["against"] = decode_against(report, target.published, target.roofline_decode_tok_s)
+    report["speculative"] = target.speculative
     report["result_dir"] = str(result_dir) if result_dir.is_dir() else None
     if not no_save:
         history.append(report)

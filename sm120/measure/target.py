@@ -49,6 +49,8 @@ class Target:
     published: dict[str, Any] | None = None
     """The plan's published figures (decode_tok_s, source, ...), when it has any."""
     roofline_decode_tok_s: float | None = None
+    speculative: dict[str, Any] | None = None
+    """The plan's speculative decoding (method, num_speculative_tokens, ...), if any."""
     state: DeploymentState | None = None
     engine_python: str | None = None
     """The interpreter the plan runs the engine with (in its image, for a container)."""
@@ -139,6 +141,7 @@ def target_for_deployment(name: str | None) -> Target:
         baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
         published=plan.get("published") if isinstance(plan.get("published"), dict) else None,
         roofline_decode_tok_s=_positive(plan.get("roofline_decode_tok_s")),
+        speculative=plan.get("speculative") if isinstance(plan.get("speculative"), dict) else None,
         state=state,
         engine_python=_engine_python(plan),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ArgValue = Annotated[
     str | int | float | bool | dict[str, Any] | list[Any] | None,
@@ -226,6 +226,69 @@ class Published(Strict):
     )
 
 
+# Methods whose drafter is a separate checkpoint: vLLM needs its `model`.
+DRAFT_CHECKPOINT_METHODS = ("draft_model", "eagle", "eagle3")
+
+
+class Speculative(Strict):
+    """Speculative decoding, rendered into vLLM's --speculative-config JSON object."""
+
+    method: Literal[
+        "mtp",
+        "dspark",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "dflash",
+        "medusa",
+        "mlp_speculator",
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+    ] = Field(
+        description="vLLM SpeculativeConfig.method: mtp (the checkpoint's next-token layers; "
+        "vLLM rewrites the deprecated per-model *_mtp names to it), dspark (DeepSeek's block "
+        "drafter, vLLM PR #46995), a separate drafter (draft_model, eagle, eagle3, dflash, "
+        "medusa, mlp_speculator) or prompt lookup (ngram, ngram_gpu, suffix)."
+    )
+    num_speculative_tokens: int = Field(
+        gt=0, le=16, description="Draft tokens proposed per step (vLLM: num_speculative_tokens)."
+    )
+    model: str | None = Field(
+        None,
+        description="The draft checkpoint (Hugging Face repo id or path); required for "
+        "draft_model, eagle and eagle3.",
+    )
+    options: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="Further SpeculativeConfig keys the image's engine knows, e.g. "
+        "draft_sample_method, moe_backend (b12x fork), prompt_lookup_max (ngram).",
+    )
+
+    @model_validator(mode="after")
+    def _drafter_named(self) -> Speculative:
+        if self.method in DRAFT_CHECKPOINT_METHODS and not self.model:
+            raise ValueError(f"method {self.method} needs the draft checkpoint in model")
+        clash = sorted({"method", "model", "num_speculative_tokens"} & set(self.options))
+        if clash:
+            raise ValueError(f"set {', '.join(clash)} as fields, not in options")
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """The --speculative-config object, keys in vLLM's documented order."""
+        rendered: dict[str, Any] = {"method": self.method}
+        if self.model:
+            rendered["model"] = self.model
+        rendered["num_speculative_tokens"] = self.num_speculative_tokens
+        return {**rendered, **self.options}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Speculative:
+        known = {k: config[k] for k in ("method", "model", "num_speculative_tokens") if k in config}
+        rest = {k: v for k, v in config.items() if k not in known}
+        return cls.model_validate({**known, "options": rest})
+
+
 class Timeouts(Strict):
     ready_s: int = Field(
         gt=0, description="How long launch waits for READY (load + compile + graph capture)."
@@ -352,6 +415,9 @@ class Variant(Strict):
     multinode: MultiNode | None = Field(
         None, description="Serve across several hosts with this layout (sm120 launch --nodes)."
     )
+    speculative: Speculative | None = Field(
+        None, description="Speculative decoding for this variant (sets --speculative-config)."
+    )
 
 
 class Recipe(Strict):
@@ -396,3 +462,14 @@ class Recipe(Strict):
         description="Multi-node layout of the default; usually set by a variant instead, so the "
         "single-host default stays the default.",
     )
+    speculative: Speculative | None = Field(
+        None,
+        description="Speculative decoding (vLLM): rendered into --speculative-config after the "
+        "args; a recipe sets it here or as args.speculative-config, not both.",
+    )
+
+    @model_validator(mode="after")
+    def _one_speculative(self) -> Recipe:
+        if self.speculative is not None and "speculative-config" in self.args:
+            raise ValueError("set speculative or args.speculative-config, not both")
+        return self
