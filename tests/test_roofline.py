@@ -169,3 +169,15 @@ def test_a_published_source_must_be_a_link(cli: CliRunner, tmp_path: Path) -> No
         f"Error: {recipe}: published.decode.source: String should match pattern "
         "'^https?://\\S+$' (hint: fix the value in the recipe)",
     )
+
+
+def test_the_recipe_list_carries_both_figures(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "recipes", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0
+    assert (rows["dsv4"]["published_decode_tok_s"], rows["dsv4"]["roofline_decode_tok_s"]) == (
+        180.94,
+        round(RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 1),
+    )
+    assert rows["glm47"]["published_decode_tok_s"] is None  # its source has no public link
+    assert rows["tiny"]["roofline_decode_tok_s"] is None

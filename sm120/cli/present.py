@@ -12,7 +12,7 @@ from sm120.checks import CheckedPlan, performance_document
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.net import http_url
-from sm120.plan import LaunchPlan
+from sm120.plan import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -40,6 +40,8 @@ def recipe_rows() -> list[dict[str, Any]]:
     for name in recipe_names():
         recipe = load_recipe(name)
         revision = recipe.model.revision
+        performance = performance_document(resolve(PlanRequest(recipe=name), recipe))
+        published = performance["published"]
         rows.append(
             {
                 "name": name,
@@ -51,15 +53,22 @@ def recipe_rows() -> list[dict[str, Any]]:
                 "gpus": recipe.hardware.gpus,
                 "hardware": ", ".join(recipe.hardware.compute_caps),
                 "baseline": _baseline_text(name),
+                "published_decode_tok_s": published["decode_tok_s"] if published else None,
+                "roofline_decode_tok_s": performance["roofline_decode_tok_s"],
                 "variants": list(recipe.variants),
             }
         )
     return rows
 
 
+def _tok_s(value: float | None) -> str:
+    return f"{value:g} tok/s" if value else "-"
+
+
 def recipes_table(rows: list[dict[str, Any]]) -> None:
     table = Table(title="sm120 recipes")
-    for column in ("name", "model", "engine", "GPUs", "validated on", "baseline", "variants"):
+    columns = ("name", "model", "engine", "GPUs", "validated on", "baseline")
+    for column in (*columns, "published / roofline decode", "variants"):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -69,6 +78,7 @@ def recipes_table(rows: list[dict[str, Any]]) -> None:
             str(row["gpus"]),
             row["hardware"],
             row["baseline"],
+            f"{_tok_s(row['published_decode_tok_s'])} / {_tok_s(row['roofline_decode_tok_s'])}",
             ", ".join(row["variants"]) or "-",
         )
     Console().print(table)
