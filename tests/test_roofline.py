@@ -149,6 +149,8 @@ def test_a_variant_measured_elsewhere_drops_the_default_figures() -> None:
     assert resolve(PlanRequest(recipe="dsv4", variants=("tp4",))).published is None
     dcp1 = resolve(PlanRequest(recipe="glm52", variants=("dcp1",))).published
     assert dcp1 is not None and dcp1.decode.tok_s == 81
+    gb10 = resolve(PlanRequest(recipe="dsv4", variants=("gb10x2",))).published
+    assert gb10 is not None and (gb10.decode.tok_s, gb10.decode.date) == (40.0, "2026-06-21")
     # any engine flag changed counts: no-think is not the configuration that was measured
     assert resolve(PlanRequest(recipe="glm52", variants=("no-think",))).published is None
     # the default spelled out carries the default's figures
