@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from typer.testing import CliRunner
 
+from sm120.images import updates
 from sm120.images.updates import newer_tags
 from tests.conftest import invoke
 from tests.helpers import one_line_error
@@ -157,6 +158,31 @@ def test_offline_says_so_in_one_line(cli: CliRunner, monkeypatch: pytest.MonkeyP
         "Error: offline: no registry or PyPI answered, so no recipe was checked (hint: it needs "
         "the network; SM120_REGISTRY_MIRROR and SM120_PYPI_URL name mirrors)"
     )
+
+
+def test_a_tag_list_cut_short_says_so(
+    stand_in: LoopbackServer, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one page only: vllm/vllm-openai's second page (v0.16.0, v0.32.0) is never read
+    monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47", "glm52")
+    assert code == 0
+    assert out.splitlines() == [
+        "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
+        "first 5 tags only",
+        f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
+        "read the first 3 tags only",
+    ]
+    monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
+    TAGS["voipmonitor/vllm"][0].remove(GLM52_NEWER)
+    try:
+        code, out, _ = invoke(cli, "recipes", "updates", "glm52")
+    finally:
+        TAGS["voipmonitor/vllm"][0].append(GLM52_NEWER)
+    assert out.splitlines() == [
+        f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  none newer found: "
+        "read the first 2 tags only"
+    ]
 
 
 def test_an_unknown_recipe_is_refused_before_any_request(cli: CliRunner) -> None:

@@ -180,6 +180,7 @@ def _show_performance(console: Console, checked: CheckedPlan) -> None:
 
 _UPDATE_TEXT = {
     "current": "no newer build",
+    "incomplete": "none newer found",
     "unordered": "tags not comparable",
     "unreachable": "unreachable",
     "not-watched": "not watched",
@@ -196,6 +197,7 @@ def update_lines(updates: list[Update]) -> list[str]:
             shown = ", ".join(update.newer[:UPDATES_SHOWN])
             more = len(update.newer) - UPDATES_SHOWN
             state = f"newer: {shown}" + (f" (+{more} more)" if more > 0 else "")
+            state += f"; {update.detail}" if update.detail else ""
         else:
             state = _UPDATE_TEXT[update.status]
             state += f": {update.detail}" if update.detail else ""

@@ -33,11 +33,15 @@ from sm120.recipe.schema import ImageSpec, Recipe
 
 PYPI_ENV = "SM120_PYPI_URL"
 PYPI_URL = "https://pypi.org"
-MAX_TAG_PAGES = 20  # Docker Hub pages 100 tags at a time; enough for any engine repository
+# Registries page the tag list in lexical order; vllm/vllm-openai alone carries thousands of
+# nightly-<commit> tags before its v* releases. 20 pages of 1,000 reach them; a list cut
+# short says so rather than claiming nothing newer exists.
+TAG_PAGE = 1000
+MAX_TAG_PAGES = 20
 SHOWN = 5  # newest builds a line names; the count says how many more there are
 _DATED = re.compile(r"^(?P<name>[A-Za-z]+(?:-[A-Za-z]+)?)-.*-(?P<date>20\d{6})$")
 
-Status = Literal["newer", "current", "unordered", "unreachable", "not-watched"]
+Status = Literal["newer", "current", "incomplete", "unordered", "unreachable", "not-watched"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class Update:
     checked: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "checked", self.status in ("newer", "current", "unordered"))
+        checked = ("newer", "current", "incomplete", "unordered")
+        object.__setattr__(self, "checked", self.status in checked)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -148,9 +153,10 @@ def _next_page(reply: httpx.Response) -> str | None:
     return match.group(1) if match else None
 
 
-def registry_tags(client: httpx.Client, image: ImageName) -> list[str]:
+def registry_tags(client: httpx.Client, image: ImageName) -> tuple[list[str], bool]:
+    """The repository's tags, and whether the list is complete (within MAX_TAG_PAGES)."""
     base = registry_url(image)
-    url: str | None = f"{base}/v2/{image.repository}/tags/list?n=100"
+    url: str | None = f"{base}/v2/{image.repository}/tags/list?n={TAG_PAGE}"
     headers: dict[str, str] = {}
     tags: list[str] = []
     for _ in range(MAX_TAG_PAGES):
@@ -167,7 +173,7 @@ def registry_tags(client: httpx.Client, image: ImageName) -> list[str]:
         tags.extend(str(tag) for tag in reply.json().get("tags") or [])
         following = _next_page(reply)
         url = f"{base}{following}" if following and following.startswith("/") else following
-    return tags
+    return tags, url is None
 
 
 def pypi_versions(client: httpx.Client, package: str) -> list[str]:
@@ -185,17 +191,21 @@ def pypi_versions(client: httpx.Client, package: str) -> list[str]:
 def check(client: httpx.Client, watched: Watched) -> Update:
     if watched.source == "git":
         return Update(watched, "not-watched", detail="engine built from a git ref: compare by hand")
+    complete = True
     try:
         if watched.source == "pypi":
             names = pypi_versions(client, watched.name)
         else:
-            names = registry_tags(client, parse_name(watched.name, watched.pinned))
+            names, complete = registry_tags(client, parse_name(watched.name, watched.pinned))
     except httpx.HTTPStatusError as exc:
         return Update(watched, "unreachable", detail=f"HTTP {exc.response.status_code}")
     except (httpx.HTTPError, ValueError) as exc:
         return Update(watched, "unreachable", detail=type(exc).__name__)
     status, newer = newer_tags(watched.pinned, names)
     detail = "the pinned tag is not a version or a dated build" if status == "unordered" else ""
+    if not complete:
+        status = "newer" if newer else "incomplete"
+        detail = f"read the first {len(names):,} tags only"
     return Update(watched, status, newer, detail)
 
 
