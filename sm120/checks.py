@@ -10,6 +10,8 @@ from sm120.errors import PlanError, RuleViolation
 from sm120.hardware import Hardware, assumed, detect
 from sm120.net import http_url
 from sm120.plan import LaunchPlan, PlanRequest, resolve
+from sm120.planner.roofline import roofline_or_reason
+from sm120.recipe.schema import Published
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.rules import RuleResult, evaluate, failures, rule_ids
@@ -99,4 +101,36 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
     }
     if plan.multinode is not None:
         document["multinode"] = plan.multinode.model_dump()
+    document.update(performance_document(plan))
     return document
+
+
+def performance_document(plan: LaunchPlan) -> dict[str, Any]:
+    """Published figures and the decode roofline side by side (`published` is null when no
+    figure with an openable source exists for this configuration)."""
+    roofline, reason = roofline_or_reason(plan)
+    return {
+        "published": published_document(plan.published),
+        "roofline_decode_tok_s": round(roofline.tok_s, 1) if roofline else None,
+        "roofline": roofline.as_dict() if roofline else {"unknown": reason},
+        "speculative": plan.speculative.model_dump() if plan.speculative else None,
+    }
+
+
+def published_document(published: Published | None) -> dict[str, Any] | None:
+    if published is None:
+        return None
+    decode = published.decode
+    return {
+        "decode_tok_s": decode.tok_s,
+        "prefill_tok_s": published.prefill.tok_s if published.prefill else None,
+        "throughput_tok_s": published.throughput.tok_s if published.throughput else None,
+        "throughput_concurrency": (
+            published.throughput.concurrency if published.throughput else None
+        ),
+        "source": decode.source,
+        "hardware": decode.hardware,
+        "date": decode.date,
+        "engine_ref": decode.engine_ref,
+        "figures": published.model_dump(exclude_none=True),
+    }

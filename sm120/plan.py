@@ -33,8 +33,10 @@ from sm120.recipe.schema import (
     ModelSource,
     MonitorSpec,
     MultiNode,
+    Published,
     Recipe,
     SmokeSpec,
+    Speculative,
     Timeouts,
     Variant,
 )
@@ -90,6 +92,15 @@ class LaunchPlan:
     provenance: Mapping[str, str]
     plan_hash: str
     multinode: MultiNode | None = None
+    published: Published | None = None  # sourced figures, shown beside the roofline
+
+    @property
+    def speculative(self) -> Speculative | None:
+        """The speculative decoding this plan runs (vLLM), however the recipe set it."""
+        config = self.arg("speculative-config")
+        if self.engine != "vllm" or not isinstance(config, dict):
+            return None
+        return Speculative.from_config(config)
 
     def arg(self, name: str, default: Any = None) -> Any:
         for key, value in self.args:
@@ -134,6 +145,7 @@ class _Work:
     thinking: bool
     derive: dict[str, Any]
     baseline: Baseline | None
+    published: Published | None
     smoke: dict[str, Any]
     timeouts: dict[str, Any]
     monitor: dict[str, Any]
@@ -167,12 +179,15 @@ def _start(recipe: Recipe) -> _Work:
         thinking=recipe.thinking,
         derive=recipe.derive.model_dump(),
         baseline=recipe.baseline,
+        published=recipe.published,
         smoke=recipe.smoke.model_dump(),
         timeouts=recipe.timeouts.model_dump(),
         monitor=recipe.monitor.model_dump(),
         port=recipe.default_port,
         multinode=recipe.multinode.model_dump() if recipe.multinode else None,
     )
+    if recipe.speculative is not None:
+        work.args["speculative-config"] = recipe.speculative.config()
     work.provenance.update({f"args.{k}": "recipe" for k in work.args})
     work.provenance.update({f"env.{k}": "recipe" for k in work.env})
     return work
@@ -197,6 +212,10 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
     work.why.update(variant.why)
     if variant.baseline is not None:
         work.baseline = variant.baseline
+    if variant.published is not None:
+        work.published = variant.published
+    elif _changes_serving(variant):
+        work.published = None  # the figures were measured on another configuration
     if variant.thinking is not None:
         work.thinking = variant.thinking
     if variant.derive is not None:
@@ -205,6 +224,21 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.smoke = variant.smoke.model_dump()
     if variant.multinode is not None:
         work.multinode = variant.multinode.model_dump()
+    if variant.speculative is not None:
+        work.set_arg("speculative-config", variant.speculative.config(), layer)
+
+
+def _changes_serving(variant: Variant) -> bool:
+    return bool(
+        variant.engine
+        or variant.args
+        or variant.model
+        or variant.image
+        or variant.hardware
+        or variant.multinode
+        or variant.replace_args
+        or variant.speculative
+    )
 
 
 def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
@@ -287,6 +321,25 @@ def _check_args(work: _Work) -> None:
     for name in list(work.args):
         spec = flags.spec(name)
         work.args[name] = coerce_flag_value(spec, work.args[name])
+    _check_speculative(work)
+
+
+def _check_speculative(work: _Work) -> None:
+    """vLLM's --speculative-config, however it was set, must be one Speculative describes."""
+    config = work.args.get("speculative-config")
+    if work.engine != "vllm" or not isinstance(config, dict):
+        return
+    try:
+        Speculative.from_config(config)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if p != "options")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise PlanError(
+            f"speculative-config ({work.provenance.get('args.speculative-config', 'recipe')})"
+            f"{': ' + where if where else ''}: {message}",
+            'e.g. {"method": "mtp", "num_speculative_tokens": 2}',
+        ) from None
 
 
 def _derive(work: _Work, pending: list[str]) -> dict[str, Any]:
@@ -484,4 +537,5 @@ def _freeze(
         provenance=dict(work.provenance),
         plan_hash=_hash(identity),
         multinode=_validated(MultiNode, work.multinode, "multinode") if work.multinode else None,
+        published=work.published,
     )

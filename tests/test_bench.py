@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import statistics
 import sys
 from collections.abc import Iterator
@@ -12,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from sm120.measure import bench, history, metrics
 from sm120.measure.bench import BenchError, BenchOptions, plan_steps, run_bench
 from sm120.measure.load import TokenPool, run_load
+from sm120.measure.present import show_bench
+from sm120.measure.reference import decode_against
 from sm120.measure.target import Target, save_plan, target_for_url
 from sm120.measure.vllm_bench import (
     SHIM,
@@ -685,6 +689,9 @@ def deployment(scripted: ScriptedServer, isolated_home: Path) -> Iterator[Script
         "image": "vllm/vllm-openai:v0.32.0",
         "argv": ["python3", "-m", "vllm", "--max-model-len", "8192", "--max-num-seqs", "2"],
         "baseline": {"source": "test", "decode_tps": 1_000_000},
+        "published": {"decode_tok_s": 1000, "source": "https://example.org/figures"},
+        "roofline_decode_tok_s": 2000,
+        "speculative": {"method": "ngram", "num_speculative_tokens": 3},
         "thinking": False,
     }
     save_plan("d", plan)
@@ -709,6 +716,10 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
     assert report["decode"]["tool"] == "sm120"
     assert report["comparisons"][0]["figure"] == "decode tok/s"
     assert report["comparisons"][0]["regression"] is True
+    against, measured = report["against"], report["decode"]["tps"]
+    assert against["of_published"] == pytest.approx(measured / 1000)
+    assert against["of_roofline"] == pytest.approx(measured / 2000)
+    assert against["published_source"] == "https://example.org/figures"
     assert "regression beyond the threshold: decode tok/s vs baseline" in err
     assert KEY not in out + err
     code, _, _ = invoke(
@@ -725,7 +736,13 @@ def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> No
     )  # fmt: skip
     assert code == 0
     assert "decode (single stream, 8 tokens):" in out
-    assert "speculative decoding: acceptance 66.7%, length 3.00" in out
+    assert "speculative decoding (ngram, 3 draft tokens): acceptance 66.7%, length 3.00" in out
+    assert re.search(
+        r"decode [\d,.]+ tok/s is \d+% of the published 1,000.0 tok/s "
+        r"\(https://example.org/figures\)",
+        out,
+    )
+    assert re.search(r"decode [\d,.]+ tok/s is \d+% of the roofline 2,000.0 tok/s", out)
     assert "sm120: aiohttp, streamed /v1/completions, text prompts of exact token lengths" in out
     assert history.records("vllm/vllm-openai:v0.32.0|h") == []
 
@@ -774,4 +791,37 @@ def test_cli_bench_length_beyond_the_plan(deployment: ScriptedServer, cli: CliRu
     assert code == 2
     assert err.strip() == (
         "Error: prompt length 9000 does not fit max-model-len 8192 (hint: use --lengths up to 8176)"
+    )
+
+
+def test_decode_against_needs_a_measurement_and_a_reference() -> None:
+    report = {"decode": {"tps": 50.0}}
+    assert decode_against({"decode": {}}, {"decode_tok_s": 60}, 100.0) is None
+    assert decode_against(report, None, None) is None
+    only_roofline = decode_against(report, None, 200.0)
+    assert only_roofline is not None
+    assert (only_roofline["of_published"], only_roofline["of_roofline"]) == (None, 0.25)
+    both = decode_against(report, {"decode_tok_s": 40, "source": "https://x.org"}, 100.0)
+    assert both is not None and (both["of_published"], both["of_roofline"]) == (1.25, 0.5)
+
+
+def test_configured_speculation_without_draft_counters_is_named() -> None:
+    report = {
+        "deployment": "d",
+        "model": "m",
+        "mode": "quick",
+        "decode": {"tps": 10.0, "output_tokens": 8, "tool": "sm120"},
+        "spec_decode": None,
+        "speculative": {"method": "mtp", "num_speculative_tokens": 2},
+    }
+    console = Console(record=True, width=200)
+    show_bench(report, console)
+    assert (
+        "speculative decoding (mtp, 2 draft tokens): configured, but no draft counters moved in "
+        "/metrics" in console.export_text()
+    )
+    console = Console(record=True, width=200)
+    show_bench({**report, "speculative": None}, console)
+    assert "speculative decoding: none (no draft counters moved in /metrics)" in (
+        console.export_text()
     )

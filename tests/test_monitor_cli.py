@@ -59,6 +59,7 @@ LIVE = {
     "decode_tps": 33.0,
     "acceptance_rate": 0.753,
     "mean_acceptance_length": 2.51,
+    "speculative": {"method": "mtp", "num_speculative_tokens": 3},
     "peaks": {"peak_prefill_tps": 5100.0, "peak_decode_tps": 60.0, "peak_running": 3},
     "watchdog": {
         "frozen_for_s": 0.0,
@@ -147,7 +148,7 @@ def test_json_and_text_views(cli: CliRunner, isolated_home: Path) -> None:
     assert code == 0
     assert "SERVING" in out and "monitor NOT running" in out
     assert "3,900.0" in out and "5,100.0" in out and "60.0" in out
-    assert "75.3%" in out and "mean length 2.51" in out
+    assert "75.3%" in out and "75.3%  (mean length 2.51/4 mtp)" in out
     assert "restarts 1/3 in 6 h" in out
     assert "restart: restarting" in out
 

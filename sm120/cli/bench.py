@@ -81,6 +81,7 @@ def bench(
 
     from sm120.measure import history
     from sm120.measure.bench import run_bench
+    from sm120.measure.reference import decode_against
     from sm120.measure.target import find_target
     from sm120.state import sm120_home
 
@@ -99,6 +100,8 @@ def bench(
     previous = earlier[-1] if earlier else None
     comparisons = history.compare(report, target.baseline, previous, threshold)
     report["comparisons"] = [c.as_dict() for c in comparisons]
+    report["against"] = decode_against(report, target.published, target.roofline_decode_tok_s)
+    report["speculative"] = target.speculative
     report["result_dir"] = str(result_dir) if result_dir.is_dir() else None
     if not no_save:
         history.append(report)

@@ -9,8 +9,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sm120.checks import CheckedPlan
+from sm120.checks import CheckedPlan, performance_document
+from sm120.images.updates import SHOWN as UPDATES_SHOWN
+from sm120.images.updates import Update
 from sm120.net import http_url
+from sm120.plan import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -50,6 +53,8 @@ def recipe_rows() -> list[dict[str, Any]]:
     for name in recipe_names():
         recipe = load_recipe(name)
         revision = recipe.model.revision
+        performance = performance_document(resolve(PlanRequest(recipe=name), recipe))
+        published = performance["published"]
         rows.append(
             {
                 "name": name,
@@ -61,15 +66,22 @@ def recipe_rows() -> list[dict[str, Any]]:
                 "gpus": recipe.hardware.gpus,
                 "hardware": ", ".join(recipe.hardware.compute_caps),
                 "baseline": _baseline_text(name),
+                "published_decode_tok_s": published["decode_tok_s"] if published else None,
+                "roofline_decode_tok_s": performance["roofline_decode_tok_s"],
                 "variants": list(recipe.variants),
             }
         )
     return rows
 
 
+def _tok_s(value: float | None) -> str:
+    return f"{value:g} tok/s" if value else "-"
+
+
 def recipes_table(rows: list[dict[str, Any]]) -> None:
     table = Table(title="sm120 recipes")
-    for column in ("name", "model", "engine", "GPUs", "validated on", "baseline", "variants"):
+    columns = ("name", "model", "engine", "GPUs", "validated on", "baseline")
+    for column in (*columns, "published / roofline decode", "variants"):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -79,6 +91,7 @@ def recipes_table(rows: list[dict[str, Any]]) -> None:
             str(row["gpus"]),
             row["hardware"],
             row["baseline"],
+            f"{_tok_s(row['published_decode_tok_s'])} / {_tok_s(row['roofline_decode_tok_s'])}",
             ", ".join(row["variants"]) or "-",
         )
     Console().print(table)
@@ -119,6 +132,7 @@ def show_plan(checked: CheckedPlan) -> None:
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )
     console.print(f"plan      {plan.plan_hash}")
+    _show_performance(console, checked)
     console.print("\n[bold]command[/bold]")
     for text, why in _flag_lines(checked):
         console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
@@ -132,6 +146,76 @@ def show_plan(checked: CheckedPlan) -> None:
             )
     _show_derived(console, checked)
     _show_rules(console, checked)
+
+
+def performance_lines(plan: LaunchPlan) -> list[str]:
+    """Published figures, the decode roofline and their ratio, one fact a line."""
+    document = performance_document(plan)
+    published, roofline = document["published"], document["roofline_decode_tok_s"]
+    lines = []
+    if published is None:
+        lines.append("published  none with an openable source for this configuration")
+    else:
+        lines.append(
+            f"published  {published['decode_tok_s']:g} tok/s decode at 1 request"
+            f" ({published['hardware']}, {published['date']}, {published['engine_ref']})"
+        )
+        if published["prefill_tok_s"]:
+            lines.append(f"           {published['prefill_tok_s']:g} tok/s prefill")
+        if published["throughput_tok_s"]:
+            lines.append(
+                f"           {published['throughput_tok_s']:g} tok/s at "
+                f"{published['throughput_concurrency']} concurrent requests"
+            )
+        lines.append(f"           source: {published['source']}")
+    if roofline is None:
+        lines.append(f"roofline   unknown: {document['roofline']['unknown']}")
+    else:
+        detail = document["roofline"]
+        lines.append(
+            f"roofline   {roofline:g} tok/s decode at {detail['context_tokens']:,} tokens"
+            f" (TP {detail['tensor_parallel']} x {detail['bandwidth_gbs_per_gpu']:g} GB/s,"
+            f" {detail['weight_gb_per_token']:g} GB of weights a token)"
+        )
+    if published is not None and roofline:
+        lines.append(
+            f"ratio      published / roofline = {published['decode_tok_s'] / roofline:.2f}"
+            " (speculative decoding can pass 1)"
+        )
+    return lines
+
+
+def _show_performance(console: Console, checked: CheckedPlan) -> None:
+    console.print("\n[bold]performance[/bold]")
+    for line in performance_lines(checked.plan):
+        console.print(f"  {line}", soft_wrap=True, markup=False, highlight=False)
+
+
+_UPDATE_TEXT = {
+    "current": "no newer build",
+    "incomplete": "none newer found",
+    "unordered": "tags not comparable",
+    "unreachable": "unreachable",
+    "not-watched": "not watched",
+}
+
+
+def update_lines(updates: list[Update]) -> list[str]:
+    """One line per engine build: recipe, variant, what is pinned, what is newer."""
+    lines = []
+    for update in updates:
+        watched = update.watched
+        where = f"{watched.recipe} ({', '.join(watched.variants) or 'default'})"
+        if update.status == "newer":
+            shown = ", ".join(update.newer[:UPDATES_SHOWN])
+            more = len(update.newer) - UPDATES_SHOWN
+            state = f"newer: {shown}" + (f" (+{more} more)" if more > 0 else "")
+            state += f"; {update.detail}" if update.detail else ""
+        else:
+            state = _UPDATE_TEXT[update.status]
+            state += f": {update.detail}" if update.detail else ""
+        lines.append(f"{where:<24} {watched.source:<5} {watched.label}  {state}")
+    return lines
 
 
 def _show_derived(console: Console, checked: CheckedPlan) -> None:

@@ -48,5 +48,27 @@ def show(
         show_plan(checked)
 
 
+@app.command("updates")
+@cli_errors
+def updates(
+    names: list[str] = typer.Argument(None, help="Recipes to check (default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
+) -> None:
+    """Newer engine images or wheels than each recipe pins (needs the network).
+
+    Exits 0 when at least one engine build was checked, even if some registry did not
+    answer (its line says so); exits 2 with one line when none could be checked (offline)."""
+    from sm120.cli.present import update_lines
+    from sm120.images.updates import find_updates
+    from sm120.recipe.loader import load_recipe, recipe_names
+
+    found = find_updates(load_recipe(name) for name in (names or recipe_names()))
+    if as_json:
+        typer.echo(json.dumps([u.as_dict() for u in found], indent=2))
+    else:
+        for line in update_lines(found):
+            typer.echo(line)
+
+
 def _split(values: list[str]) -> tuple[str, ...]:
     return tuple(v.strip() for item in values for v in item.split(",") if v.strip())

@@ -55,14 +55,15 @@ def parse_name(name: str, tag: str) -> ImageName:
     return ImageName(DOCKER_HUB, name if rest else f"library/{name}", tag)
 
 
-def _base_url(image: ImageName) -> str:
+def registry_url(image: ImageName) -> str:
+    """The registry's base URL, or the stand-in SM120_REGISTRY_MIRROR names."""
     mirror = os.environ.get(MIRROR_ENV)
     if mirror:
         return mirror.rstrip("/")
     return f"https://{image.registry}"
 
 
-def _bearer_token(client: httpx.Client, challenge: str, repository: str) -> str:
+def bearer_token(client: httpx.Client, challenge: str, repository: str) -> str:
     fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
     if "realm" not in fields:
         raise PinError(f"the registry asked for an unknown login: {challenge}", "")
@@ -74,13 +75,13 @@ def _bearer_token(client: httpx.Client, challenge: str, repository: str) -> str:
 
 
 def fetch_digest(client: httpx.Client, image: ImageName) -> str:
-    url = f"{_base_url(image)}/v2/{image.repository}/manifests/{image.tag}"
+    url = f"{registry_url(image)}/v2/{image.repository}/manifests/{image.tag}"
     headers = {"Accept": MANIFEST_TYPES}
     try:
         reply = client.head(url, headers=headers)
         challenge = reply.headers.get("www-authenticate", "")
         if reply.status_code == 401 and challenge.lower().startswith("bearer"):
-            token = _bearer_token(client, challenge, image.repository)
+            token = bearer_token(client, challenge, image.repository)
             reply = client.head(url, headers={**headers, "Authorization": f"Bearer {token}"})
     except httpx.HTTPError as exc:
         raise PinError(

@@ -20,6 +20,7 @@ def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
     wanted = plan.monitor
     # A native run does not use the recipe's image: name the engine build instead.
     image = plan.image_ref if runtime_name != "native" else f"native {plan.image.engine_version}"
+    speculative = plan.speculative
     return MonitorSettings(
         poll_s=wanted.poll_s,
         wedge_timeout_s=wanted.wedge_timeout_s,
@@ -30,6 +31,8 @@ def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
         ready_timeout_s=float(plan.timeouts.ready_s),
         image=image,
         plan_hash=plan.plan_hash,
+        speculative_method=speculative.method if speculative else None,
+        speculative_tokens=speculative.num_speculative_tokens if speculative else None,
     )
 
 

@@ -55,13 +55,19 @@ def show_bench(report: Mapping[str, Any], console: Console | None = None) -> Non
             )
         out.print(table)
     spec = report.get("spec_decode")
+    configured = _configured_speculative(report.get("speculative"))
     if spec:
         rate = spec.get("acceptance_rate")
         out.print(
-            f"speculative decoding: acceptance {_num(rate * 100 if rate is not None else None)}%"
+            f"speculative decoding{configured}: acceptance "
+            f"{_num(rate * 100 if rate is not None else None)}%"
             f", length {_num(spec.get('acceptance_length'), 2)} "
             f"({spec['accepted_tokens']}/{spec['draft_tokens']} draft tokens, "
             f"{spec['drafts']} drafts)  [dim]({spec['tool']})[/dim]"
+        )
+    elif configured:
+        out.print(
+            f"speculative decoding{configured}: configured, but no draft counters moved in /metrics"
         )
     else:
         out.print("speculative decoding: none (no draft counters moved in /metrics)")
@@ -69,7 +75,33 @@ def show_bench(report: Mapping[str, Any], console: Console | None = None) -> Non
         out.print(f"[dim]{name}: {how}[/dim]")
     for note in report.get("notes") or []:
         out.print(f"[dim]note: {note}[/dim]")
+    _show_against(report.get("against"), out)
     _show_comparisons(report.get("comparisons") or [], out)
+
+
+def _configured_speculative(speculative: Any) -> str:
+    """' (mtp, 3 draft tokens)' for the plan's speculative decoding; '' when it has none."""
+    if not isinstance(speculative, Mapping) or not speculative.get("method"):
+        return ""
+    return f" ({speculative['method']}, {speculative.get('num_speculative_tokens')} draft tokens)"
+
+
+def _show_against(against: Mapping[str, Any] | None, out: Console) -> None:
+    if not against:
+        return
+    measured = _num(against["measured_decode_tok_s"])
+    if against.get("of_published") is not None:
+        out.print(
+            f"decode {measured} tok/s is {against['of_published'] * 100:.0f}% of the published "
+            f"{_num(against['published_decode_tok_s'])} tok/s ({against['published_source']})",
+            markup=False,
+        )
+    if against.get("of_roofline") is not None:
+        out.print(
+            f"decode {measured} tok/s is {against['of_roofline'] * 100:.0f}% of the roofline "
+            f"{_num(against['roofline_decode_tok_s'])} tok/s (memory bandwidth bound)",
+            markup=False,
+        )
 
 
 def _show_comparisons(comparisons: Sequence[Mapping[str, Any]], out: Console) -> None:

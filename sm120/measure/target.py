@@ -46,6 +46,11 @@ class Target:
     image: str | None = None
     plan_hash: str | None = None
     baseline: dict[str, Any] | None = None
+    published: dict[str, Any] | None = None
+    """The plan's published figures (decode_tok_s, source, ...), when it has any."""
+    roofline_decode_tok_s: float | None = None
+    speculative: dict[str, Any] | None = None
+    """The plan's speculative decoding (method, num_speculative_tokens, ...), if any."""
     state: DeploymentState | None = None
     engine_python: str | None = None
     """The interpreter the plan runs the engine with (in its image, for a container)."""
@@ -134,6 +139,9 @@ def target_for_deployment(name: str | None) -> Target:
         image=plan.get("image") if isinstance(plan.get("image"), str) else None,
         plan_hash=state.plan_hash,
         baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
+        published=plan.get("published") if isinstance(plan.get("published"), dict) else None,
+        roofline_decode_tok_s=_positive(plan.get("roofline_decode_tok_s")),
+        speculative=plan.get("speculative") if isinstance(plan.get("speculative"), dict) else None,
         state=state,
         engine_python=_engine_python(plan),
     )
@@ -171,6 +179,10 @@ def _served(base_url: str, key: str | None, wanted: str | None) -> ServedModel:
             return model
     names = ", ".join(m.id for m in models)
     raise TargetError(f"{base_url} does not serve '{wanted}' (it serves {names})", "pass --model")
+
+
+def _positive(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _model_repo(plan: dict[str, Any]) -> str | None:

@@ -111,6 +111,9 @@ class MonitorSettings:
     dead_grace_s: float = 300.0
     image: str | None = None
     plan_hash: str | None = None
+    # The plan's speculative decoding, shown beside the acceptance the engine reports.
+    speculative_method: str | None = None
+    speculative_tokens: int | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> MonitorSettings:

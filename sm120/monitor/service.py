@@ -443,6 +443,12 @@ class MonitorService:
             "decode_tps": _round(rates.decode_tps if rates else None),
             "acceptance_rate": _round(rates.acceptance_rate if rates else None, 4),
             "mean_acceptance_length": _round(rates.mean_acceptance_length if rates else None),
+            "speculative": {
+                "method": self.settings.speculative_method,
+                "num_speculative_tokens": self.settings.speculative_tokens,
+            }
+            if self.settings.speculative_method
+            else None,
             "peaks": asdict(peaks),
             "watchdog": {
                 "frozen_for_s": round(self.detector.frozen_for(now), 1),

@@ -68,10 +68,20 @@ def render(live: dict[str, Any], name: str, monitor_pid: int | None) -> Renderab
     table.add_row(
         "spec-decode acceptance",
         f"{_number(acceptance * 100 if acceptance is not None else None, '%')}"
-        f"  (mean length {_number(live.get('mean_acceptance_length'), digits=2)})",
+        f"  (mean length {_number(live.get('mean_acceptance_length'), digits=2)}"
+        f"{_speculative_text(live.get('speculative'))})",
         "",
     )
     return Group(header, table, *_gpu_lines(live), _watchdog_line(live), *_alert_lines(live))
+
+
+def _speculative_text(speculative: Any) -> str:
+    """'/4 mtp': the plan's method, and the most the mean length can reach (every draft
+    token accepted, plus the bonus token)."""
+    if not isinstance(speculative, dict) or not speculative.get("method"):
+        return ""
+    tokens = speculative.get("num_speculative_tokens")
+    return f"/{tokens + 1} {speculative['method']}" if tokens else ""
 
 
 def _gpu_lines(live: dict[str, Any]) -> list[RenderableType]:

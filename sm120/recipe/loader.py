@@ -196,7 +196,11 @@ def _explain(error: ValidationError, origin: str) -> RecipeError:
         )
     if first["type"] == "missing":
         return RecipeError(f"{origin}: missing required key '{dotted}'", "add it to the recipe")
-    return RecipeError(f"{origin}: {dotted}: {first['msg']}", "fix the value in the recipe")
+    # A model-level check (several fields together) has no location; its ValueError text is
+    # the message, without pydantic's "Value error, " prefix.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    where = f"{origin}: {dotted}" if dotted else origin
+    return RecipeError(f"{where}: {message}", "fix the value in the recipe")
 
 
 def _variant_fields(parent: tuple[str | int, ...]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ArgValue = Annotated[
     str | int | float | bool | dict[str, Any] | list[Any] | None,
@@ -81,6 +81,27 @@ class ModelDims(Strict):
         None,
         description="Which layers allocate a sparse-attention indexer K-cache on the image's "
         "engine: the b12x fork builds one on every layer, upstream only on full layers.",
+    )
+    hidden_size: int | None = Field(
+        None, gt=0, description="config.json hidden_size (the decode roofline's expert size)."
+    )
+    vocab_size: int | None = Field(
+        None,
+        gt=0,
+        description="config.json vocab_size: a token reads one row of the embedding table, "
+        "not all of it (the decode roofline).",
+    )
+    moe_intermediate_size: int | None = Field(
+        None, gt=0, description="config.json moe_intermediate_size: one routed expert's width."
+    )
+    n_routed_experts: int | None = Field(
+        None, gt=0, description="config.json n_routed_experts per MoE layer (after any pruning)."
+    )
+    num_experts_per_tok: int | None = Field(
+        None, gt=0, description="config.json num_experts_per_tok: routed experts a token uses."
+    )
+    first_k_dense_replace: int = Field(
+        0, ge=0, description="config.json first_k_dense_replace: leading dense (non-MoE) layers."
     )
 
 
@@ -156,6 +177,11 @@ class HardwareSpec(Strict):
         "pcie", description="How the GPUs talk; PCIe-only boxes need NCCL_P2P_DISABLE (F10)."
     )
     validated_on: str = Field(description="The machines the settings were proven on, in words.")
+    gpu_model: str | None = Field(
+        None,
+        description="The GPU the recipe targets, as nvidia-smi names it (e.g. RTX PRO 6000); "
+        "sm120/data/gpus.yaml gives its memory bandwidth for the decode roofline.",
+    )
 
 
 class Baseline(Strict):
@@ -166,6 +192,101 @@ class Baseline(Strict):
     max_context: int | None = Field(None, description="Longest context validated.")
     concurrency: float | None = Field(None, description="Max concurrency at max context.")
     notes: str | None = Field(None, description="Conditions of the measurement.")
+
+
+class PublishedFigure(Strict):
+    """One published measurement, with what a reader needs to check it."""
+
+    tok_s: float = Field(gt=0, description="Tokens per second as the source reports them.")
+    source: str = Field(
+        pattern=r"^https?://\S+$",
+        description="A link a user can open (issue, PR, README, benchmark table).",
+    )
+    hardware: str = Field(description="The machine it was measured on, in words.")
+    date: str = Field(
+        pattern=r"^\d{4}-\d{2}(-\d{2})?$", description="When it was measured (YYYY-MM[-DD])."
+    )
+    engine_ref: str = Field(description="Engine version, tag or commit the figure was taken on.")
+    notes: str | None = Field(None, description="Conditions: context, speculation, warm or cold.")
+
+
+class ThroughputFigure(PublishedFigure):
+    concurrency: int = Field(
+        gt=0, description="Concurrent requests: the highest concurrency the source gives."
+    )
+
+
+class Published(Strict):
+    """Published figures of a configuration, each with its source."""
+
+    decode: PublishedFigure = Field(description="Decode tokens/s at one request.")
+    prefill: PublishedFigure | None = Field(None, description="Prefill tokens/s.")
+    throughput: ThroughputFigure | None = Field(
+        None, description="Aggregate output tokens/s at the highest concurrency given."
+    )
+
+
+# Methods whose drafter is a separate checkpoint: vLLM needs its `model`.
+DRAFT_CHECKPOINT_METHODS = ("draft_model", "eagle", "eagle3")
+
+
+class Speculative(Strict):
+    """Speculative decoding, rendered into vLLM's --speculative-config JSON object."""
+
+    method: Literal[
+        "mtp",
+        "dspark",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "dflash",
+        "medusa",
+        "mlp_speculator",
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+    ] = Field(
+        description="vLLM SpeculativeConfig.method: mtp (the checkpoint's next-token layers; "
+        "vLLM rewrites the deprecated per-model *_mtp names to it), dspark (DeepSeek's block "
+        "drafter, vLLM PR #46995), a separate drafter (draft_model, eagle, eagle3, dflash, "
+        "medusa, mlp_speculator) or prompt lookup (ngram, ngram_gpu, suffix)."
+    )
+    num_speculative_tokens: int = Field(
+        gt=0, le=16, description="Draft tokens proposed per step (vLLM: num_speculative_tokens)."
+    )
+    model: str | None = Field(
+        None,
+        description="The draft checkpoint (Hugging Face repo id or path); required for "
+        "draft_model, eagle and eagle3.",
+    )
+    options: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="Further SpeculativeConfig keys the image's engine knows, e.g. "
+        "draft_sample_method, moe_backend (b12x fork), prompt_lookup_max (ngram).",
+    )
+
+    @model_validator(mode="after")
+    def _drafter_named(self) -> Speculative:
+        if self.method in DRAFT_CHECKPOINT_METHODS and not self.model:
+            raise ValueError(f"method {self.method} needs the draft checkpoint in model")
+        clash = sorted({"method", "model", "num_speculative_tokens"} & set(self.options))
+        if clash:
+            raise ValueError(f"set {', '.join(clash)} as fields, not in options")
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """The --speculative-config object, keys in vLLM's documented order."""
+        rendered: dict[str, Any] = {"method": self.method}
+        if self.model:
+            rendered["model"] = self.model
+        rendered["num_speculative_tokens"] = self.num_speculative_tokens
+        return {**rendered, **self.options}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Speculative:
+        known = {k: config[k] for k in ("method", "model", "num_speculative_tokens") if k in config}
+        rest = {k: v for k, v in config.items() if k not in known}
+        return cls.model_validate({**known, "options": rest})
 
 
 class Timeouts(Strict):
@@ -285,11 +406,17 @@ class Variant(Strict):
     )
     why: dict[str, str] = Field(default_factory=dict, description="Why-notes for what it sets.")
     baseline: Baseline | None = Field(None, description="Published numbers for this variant.")
+    published: Published | None = Field(
+        None, description="Sourced published figures of this variant (replaces the recipe's)."
+    )
     thinking: bool | None = Field(None, description="Overrides whether replies reason first.")
     derive: Derivations | None = Field(None, description="Different derivations.")
     smoke: SmokeSpec | None = Field(None, description="Different READY probe budget.")
     multinode: MultiNode | None = Field(
         None, description="Serve across several hosts with this layout (sm120 launch --nodes)."
+    )
+    speculative: Speculative | None = Field(
+        None, description="Speculative decoding for this variant (sets --speculative-config)."
     )
 
 
@@ -319,6 +446,11 @@ class Recipe(Strict):
     )
     variants: dict[str, Variant] = Field(default_factory=dict, description="Named alternatives.")
     baseline: Baseline | None = Field(None, description="Published performance of the default.")
+    published: Published | None = Field(
+        None,
+        description="Sourced published figures of the default (decode at one request, prefill, "
+        "throughput at the highest concurrency), shown beside the decode roofline.",
+    )
     timeouts: Timeouts = Field(description="Launch time limits.")
     smoke: SmokeSpec = Field(default_factory=SmokeSpec, description="READY probe settings.")
     monitor: MonitorSpec = Field(
@@ -330,3 +462,14 @@ class Recipe(Strict):
         description="Multi-node layout of the default; usually set by a variant instead, so the "
         "single-host default stays the default.",
     )
+    speculative: Speculative | None = Field(
+        None,
+        description="Speculative decoding (vLLM): rendered into --speculative-config after the "
+        "args; a recipe sets it here or as args.speculative-config, not both.",
+    )
+
+    @model_validator(mode="after")
+    def _one_speculative(self) -> Recipe:
+        if self.speculative is not None and "speculative-config" in self.args:
+            raise ValueError("set speculative or args.speculative-config, not both")
+        return self

@@ -103,12 +103,35 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     assert spec["tool"] == "/metrics counters"
     assert spec["drafts"] > 0 and spec["drafts"] <= spec["draft_tokens"] <= 3 * spec["drafts"]
     assert 0.0 <= spec["acceptance_rate"] <= 1.0
+    # the plan's speculative decoding (set with --set) travels to the report, typed
+    assert report["speculative"] == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "model": None,
+        "options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+    }
     # the raw --save-result documents stay next to the history
     saved = sorted(p.name for p in Path(report["result_dir"]).glob("*.json"))
     assert saved == ["c1.json", "c2.json", "decode.json"]
     assert json.loads((Path(report["result_dir"]) / "c2.json").read_text())["max_concurrency"] == 2
     history = (home / "bench" / "history.jsonl").read_text().splitlines()
     assert json.loads(history[-1])["key"] == report["key"]
+
+
+def test_monitor_reads_acceptance_against_the_plan(served: dict[str, Any]) -> None:
+    """The monitor started by launch scrapes the real /metrics; after the bench above moved
+    the draft counters, its live view names the plan's method and draft length."""
+    deadline = time.monotonic() + 60
+    live: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        result = sm120(served["home"], "monitor", "--json")
+        live = json.loads(result.stdout) if result.returncode == 0 else {}
+        if live.get("speculative"):
+            break
+        time.sleep(2)
+    assert live["speculative"] == {"method": "ngram", "num_speculative_tokens": 3}
+    once = sm120(served["home"], "monitor", "--once")
+    assert "/4 ngram)" in once.stdout, once.stdout
 
 
 def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -> None:
