@@ -125,6 +125,15 @@ def test_a_probe_that_cannot_run_is_not_cached_and_changes_nothing(tmp_path: Pat
     assert probe.calls == 2
 
 
+def test_the_cache_keeps_only_this_boots_verdicts(tmp_path: Path) -> None:
+    probe, cache = Probe(passed()), tmp_path / "p2p.json"
+    decide(probe, cache, boot_id="boot-1")
+    decide(probe, cache, boot_id="boot-1", gpus=(2, 3))
+    assert len(json.loads(cache.read_text())) == 2
+    decide(probe, cache, boot_id="boot-2")
+    assert list(json.loads(cache.read_text())) == [cache_key("boot-2", PCIE, (0, 1))]
+
+
 def test_without_a_boot_id_every_launch_probes(tmp_path: Path) -> None:
     probe, cache = Probe(passed()), tmp_path / "p2p.json"
     decide(probe, cache, boot_id=None)

@@ -106,7 +106,11 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 
 def _write_cache(path: Path, key: str, verdict: dict[str, Any]) -> None:
-    entries = _read_cache(path)
+    # Verdicts of earlier boots can never be hit again: keep only this boot's.
+    boot = key.split(":", 1)[0]
+    entries = {
+        old: value for old, value in _read_cache(path).items() if old.split(":", 1)[0] == boot
+    }
     entries[key] = verdict
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
