@@ -6,13 +6,14 @@ returns a report; the real probe runs in tests/integration/test_p2p_probe.py."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from sm120.doctor.p2p import P2PReport, StepResult, probe_env, run_p2p_probe
+from sm120.doctor.p2p import P2PReport, StepResult, p2p_findings, probe_env, run_p2p_probe
 from sm120.doctor.p2p_gate import P2PDecision, cache_key, decide_p2p
 from sm120.doctor.p2p_live import plan_gpus
 from sm120.doctor.snapshot import Topology
@@ -181,6 +182,16 @@ def test_an_interpreter_that_does_not_exist_is_a_one_line_error(tmp_path: Path) 
     report = run_p2p_probe(str(tmp_path / "python"), 2, env={})
     assert not report.ok and report.steps == []
     assert report.error == f"cannot run {tmp_path / 'python'}: No such file or directory"
+
+
+def test_an_interpreter_without_torch_is_named_by_its_own_error() -> None:
+    # sm120's own Python has no torch: the probe dies in its first step, and says why.
+    report = run_p2p_probe(sys.executable, 2, env=dict(os.environ))
+    assert not report.ok and report.failure_id is None  # nothing was learnt about P2P
+    assert report.error is not None
+    assert report.error.endswith("ModuleNotFoundError: No module named 'torch'")
+    assert [step.step for step in report.steps] == ["torch"]
+    assert p2p_findings(report)[0].message == f"the P2P probe did not run: {report.error}"
 
 
 def test_doctor_p2p_without_an_engine_is_refused(

@@ -97,7 +97,7 @@ class P2PReport:
     def failure_id(self) -> str | None:
         """F10b when the driver refused peer access, F10 for a hang or a wrong result."""
         failed = self.first_failure
-        if failed is None:
+        if failed is None or self.error is not None:
             return None
         return "F10b" if PEER_ACCESS_REFUSED in failed.detail else "F10"
 
@@ -180,10 +180,8 @@ def _follow(process: subprocess.Popen[str], report: P2PReport, limits: ProbeLimi
                     StepResult(name, False, time.monotonic() - started, True, detail)
                 )
             elif step is not None:
-                detail = "the probe ended in the middle of this step"
-                report.steps.append(
-                    StepResult(step, False, time.monotonic() - started, False, detail)
-                )
+                seconds = time.monotonic() - started
+                report.steps.append(StepResult(step, False, seconds, False, ENDED_EARLY))
             return
         event = _parse(line)
         if event.get("event") == "begin":
