@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120.doctor.findings import Finding
+from sm120.errors import SM120Error
 
 PROBE_SCRIPT = "p2p_probe.py"
 # Multi-GPU runs keep NVLink multicast (NVLS) off, as the project's GPU runs do.
@@ -36,6 +37,7 @@ MULTICAST_OFF = {
 PEER_ACCESS_REFUSED = "peer access is not supported"
 STDERR_TAIL_LINES = 5
 ENDED_EARLY = "the probe ended in the middle of this step"
+KILL_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -258,9 +260,16 @@ def kill_group(process: subprocess.Popen[str]) -> None:
     """End the probe and every rank it started (they share its process group)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
     if process.stdout is not None:
         process.stdout.close()
+    try:
+        process.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        # A process stuck inside the GPU driver ignores even SIGKILL until the driver lets go.
+        raise SM120Error(
+            f"the P2P probe (pid {process.pid}) did not end after SIGKILL: the GPU is wedged",
+            "reset the GPUs (nvidia-smi -r) or reboot, then set NCCL_P2P_DISABLE=1",
+        ) from None
 
 
 def free_port() -> int:
