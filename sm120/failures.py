@@ -62,6 +62,16 @@ class FailureMode(BaseModel):
         default=(),
         description="Diagnose only on these GPU SM versions (120, 121); empty = any GPU.",
     )
+    silent_after: tuple[str, ...] = Field(
+        default=(),
+        description="Regexes for the last log line of an engine that then went silent: "
+        "a hang at that point is this failure (a hang prints nothing to match).",
+    )
+    not_during_startup: bool = Field(
+        default=False,
+        description="The signature means nothing while the engine is still starting "
+        "(loading, compiling, capturing graphs): only slow work then.",
+    )
     fatal: bool = Field(
         default=False,
         description="The engine never recovers once a signature matches: a launch still "
@@ -76,7 +86,7 @@ class FailureMode(BaseModel):
             raise ValueError("fix must be one line")
         return fix.strip()
 
-    @field_validator("signatures")
+    @field_validator("signatures", "silent_after")
     @classmethod
     def _signatures_compile(cls, signatures: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in signatures:
@@ -138,13 +148,19 @@ class Diagnoser:
         self._pending = [entry for entry in _compiled_entries() if _applies_to(entry.mode, sm)]
         self._found: dict[str, Diagnosis] = {}
 
-    def feed(self, line: str) -> list[Diagnosis]:
-        """Diagnoses first seen in this line (before any superseding)."""
+    def feed(self, line: str, *, starting: bool = False) -> list[Diagnosis]:
+        """Diagnoses first seen in this line (before any superseding).
+
+        `starting`: the engine is known to be in its start-up work, so entries marked
+        `not_during_startup` are not matched (they stay pending for later lines).
+        """
         if not self._pending:
             return []
         text = clean_line(line)
         new: list[Diagnosis] = []
         for entry in self._pending:
+            if starting and entry.mode.not_during_startup:
+                continue
             for pattern in entry.patterns:
                 if pattern.search(text):
                     new.append(_diagnosis(entry.mode, text))

@@ -143,3 +143,28 @@ def test_the_timeout_names_the_phase_of_the_last_line() -> None:
     with pytest.raises(StartupFailed) as failed:
         wait(engine, timeout_s=0.3)
     assert failed.value.message == "not ready after 0 s (last phase: compiling)"
+
+
+NCCL_INIT_THEN_SILENCE = [
+    *UP_TO_COMPILE[:5],
+    "host:3740804:3740804 [0] NCCL INFO comm 0xb923230 rank 0 nranks 2 cudaDev 0 nvmlDev 2 "
+    "busId 56000 commId 0xb587bdc561ea636b - Init COMPLETE",
+]
+
+
+def test_a_start_that_goes_silent_after_nccl_init_is_named_a_p2p_hang() -> None:
+    with pytest.raises(StartupFailed) as failed:
+        wait(Engine(NCCL_INIT_THEN_SILENCE), timeout_s=0.5, silent_after_s=0.2)
+    assert [found.id for found in failed.value.diagnoses] == ["F10"]
+    assert failed.value.hint == (
+        "F10: Set NCCL_P2P_DISABLE=1 (or disable ACS / IOMMU translation in the BIOS)."
+    )
+
+
+def test_a_start_still_writing_at_the_timeout_is_not_called_hung() -> None:
+    with pytest.raises(StartupFailed) as failed:
+        wait(Engine(NCCL_INIT_THEN_SILENCE), timeout_s=0.3, silent_after_s=60.0)
+    assert failed.value.diagnoses == []
+    assert failed.value.hint is not None and failed.value.hint.startswith(
+        "raise the recipe's timeouts.ready_s"
+    )

@@ -106,6 +106,13 @@ def doctor(
         help="Write the environment report here (default: $SM120_HOME/doctor/environment.md).",
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    p2p: bool = typer.Option(
+        False,
+        "--p2p",
+        help="Try GPU peer-to-peer copies between every pair and an all-reduce, in the "
+        "engine's Python, each step with a hard timeout (F10). Without GPUs: a CPU (gloo) "
+        "all-reduce.",
+    ),
 ) -> None:
     """Will it run here? Read-only checks, each with a severity and a fix.
 
@@ -114,6 +121,15 @@ def doctor(
     when something does. Writes the environment report 'vllm collect-env' cannot give on
     uv-only installs. With --from, judges pasted nvidia-smi outputs instead."""
     needs = _needs(recipe, variant, sets, model_dir, port, host, env_file)
+    if p2p:
+        if from_path is not None:
+            from sm120.errors import SM120Error
+
+            raise SM120Error(
+                "--p2p tries this machine's GPUs and cannot be combined with --from",
+                "run 'sm120 doctor --p2p' on the machine itself",
+            )
+        raise typer.Exit(_p2p(needs, vllm_python, as_json))
     if from_path is not None:
         _check_from(from_path, report)
         raise typer.Exit(_captured(from_path, needs, as_json))
@@ -149,6 +165,30 @@ def _live(needs: Needs, vllm_python: str | None, report: Path | None, as_json: b
         _print_findings(f"sm120 doctor {title}", result.findings)
     sys.stderr.write(f"environment report: {written}\n")
     return 0 if result.ok else 1
+
+
+def _p2p(needs: Needs, vllm_python: str | None, as_json: bool) -> int:
+    from sm120.doctor.p2p import p2p_findings
+    from sm120.doctor.p2p_live import doctor_p2p
+    from sm120.doctor.run import engine_python_for
+    from sm120.errors import SM120Error
+
+    python = engine_python_for(vllm_python, os.environ)
+    if python is None:
+        raise SM120Error(
+            "--p2p runs in the engine's Python, and none is known",
+            "pass --vllm-python PATH, set VLLM_PYTHON, or run: sm120 engine install",
+        )
+    gpus = tuple(range(needs.gpus)) if needs.gpus and needs.gpus >= 2 else None
+    report = doctor_p2p(python, gpus=gpus)
+    findings = p2p_findings(report)
+    if as_json:
+        document = {**report.document(), "findings": [f.as_dict() for f in findings]}
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        where = f"{report.world} GPUs" if report.backend == "nccl" else "CPU ranks (no GPUs)"
+        _print_findings(f"sm120 doctor --p2p: {where}, engine {python}", findings)
+    return 0 if report.ok else 1
 
 
 def _captured(path: Path, needs: Needs, as_json: bool) -> int:

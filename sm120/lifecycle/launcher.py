@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sm120.checks import CheckedPlan, plan_document
 from sm120.client import ServerClient, smoke_test
+from sm120.doctor.p2p_live import launch_p2p_decision
 from sm120.errors import SM120Error
 from sm120.lifecycle.monitoring import keep_launch_spec
 from sm120.lifecycle.ports import ensure_port_free
@@ -164,9 +165,23 @@ def model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
         )
 
 
-def start_spec(plan: LaunchPlan, options: LaunchOptions, python: str) -> LaunchSpec:
+def p2p_gate(plan: LaunchPlan, python: str, progress: Progress) -> dict[str, str]:
+    """Multi-GPU over PCIe only: the P2P probe (once per boot and topology) decides whether
+    the engine starts with NCCL_P2P_DISABLE=1 (F10); returns the variables to add."""
+    decision = launch_p2p_decision(plan, python)
+    for message in decision.messages:
+        progress(message)
+    return decision.env
+
+
+def start_spec(
+    plan: LaunchPlan,
+    options: LaunchOptions,
+    python: str,
+    extra_env: dict[str, str] | None = None,
+) -> LaunchSpec:
     key_file = ensure_api_key(options.name, options.api_key)
-    env = render_env(plan, api_key=read_api_key(str(key_file)))
+    env = {**render_env(plan, api_key=read_api_key(str(key_file))), **(extra_env or {})}
     return LaunchSpec(
         name=options.name,
         recipe=plan.recipe,
@@ -198,8 +213,9 @@ def _prepare(
         )
     python = engine_python(plan, options, progress)
     preflight_or_stop(plan, python, progress)
+    p2p_env = p2p_gate(plan, python, progress)
     model_ready(plan, python, progress)
-    return start_spec(plan, options, python)
+    return start_spec(plan, options, python, p2p_env)
 
 
 def launch(

@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sm120.client import ServerClient
+from sm120.diagnosis.naming import name_failures
 from sm120.errors import SM120Error
-from sm120.failures import Diagnosis, diagnose
+from sm120.failures import Diagnosis
+from sm120.failures import get as get_failure
 from sm120.monitor.fatal import FatalStart, StartupWatch
 from sm120.phases import Phase, PhaseUpdate, StartupTracker
 
@@ -20,6 +22,9 @@ TAIL_LINES = 40
 # is quiet this long or the engine is gone, at most SETTLE_MAX_S.
 SETTLE_QUIET_S = 1.0
 SETTLE_MAX_S = 3.0
+# A start that times out with no log line for this long is hung where its log stops: the
+# last line can then name the hang (F10: silence right after NCCL / P2P set-up).
+SILENT_AFTER_S = 60.0
 
 
 class StartupFailed(SM120Error):
@@ -39,6 +44,7 @@ class WaitResult:
     seconds: float
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     watch: StartupWatch = field(default_factory=StartupWatch)
+    last_line_at: float | None = None  # time.monotonic() of the newest log line
 
 
 class LogPump:
@@ -73,6 +79,7 @@ def wait_until_ready(
     on_update: Callable[[PhaseUpdate | None, float], None],
     poll_s: float = 0.5,
     engine: str | None = None,
+    silent_after_s: float = SILENT_AFTER_S,
 ) -> WaitResult:
     """Ready means /health answers 200. Fails fast when the process exits, when its log shows
     the start is lost (the API process of a dead engine may live on), or when time runs out."""
@@ -96,12 +103,14 @@ def wait_until_ready(
         if elapsed > timeout_s:
             # The phase named follows the log to its last line.
             _read_last_lines(pump, result)
+            quiet = time.monotonic() - (result.last_line_at or start)
             _fail(
                 f"not ready after {timeout_s:.0f} s (last phase: {_phase(result)})",
                 result,
                 pump,
                 hint="raise the recipe's timeouts.ready_s (--set timeouts.ready_s=N) if it "
                 "was still making progress",
+                went_silent=quiet >= silent_after_s,
             )
         time.sleep(poll_s)
 
@@ -113,6 +122,8 @@ def _read(
     elapsed: float,
 ) -> None:
     """Every line goes to the tail, the phase tracker and the fatal-line watch."""
+    if lines:
+        result.last_line_at = time.monotonic()
     for line in lines:
         result.tail.append(line)
         result.watch.feed(line)
@@ -147,23 +158,38 @@ def _fail_fatal(result: WaitResult, elapsed: float) -> None:
     )
 
 
-def _fail(message: str, result: WaitResult, pump: LogPump, hint: str | None = None) -> None:
+def _fail(
+    message: str,
+    result: WaitResult,
+    pump: LogPump,
+    hint: str | None = None,
+    *,
+    went_silent: bool = False,
+) -> None:
     _read_last_lines(pump, result)
     verdict = result.watch.verdict()
     if verdict is not None:
         message = f"{message}: {verdict.describe()}"
-    _raise(message, result, verdict, hint)
+    _raise(message, result, verdict, hint, went_silent=went_silent)
 
 
 def _raise(
-    message: str, result: WaitResult, verdict: FatalStart | None, hint: str | None = None
+    message: str,
+    result: WaitResult,
+    verdict: FatalStart | None,
+    hint: str | None = None,
+    *,
+    went_silent: bool = False,
 ) -> None:
     tail = list(result.tail)
-    found = diagnose(tail)
+    found = name_failures(tail, went_silent=went_silent)
     # The failure that killed the start comes first, even when its line left the tail.
     if verdict is not None and verdict.failure is not None:
         found = [verdict.failure, *(other for other in found if other.id != verdict.failure.id)]
-    if found and hint is None:
+    hang = [named for named in found if went_silent and get_failure(named.id).silent_after]
+    if hang:
+        hint = f"{hang[0].id}: {hang[0].fix}"  # a hang is named: waiting longer will not help
+    elif found and hint is None:
         hint = f"{found[0].id}: {found[0].fix}"
     raise StartupFailed(message, hint or "see the log lines above", tail, found)
 
