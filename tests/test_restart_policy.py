@@ -17,7 +17,9 @@ from sm120.render.container import docker_restart_policy
 from tests.conftest import invoke
 from tests.helpers import one_line_error
 
-WORDS_HINT = "(hint: use no, on-failure, or on-failure:N with N from 1 to 100 (restarts per window))"
+WORDS_HINT = (
+    "(hint: use no, on-failure, or on-failure:N for at most N restarts per window, N from 1 to 100)"
+)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +94,9 @@ def test_a_bad_restart_in_dotenv_is_one_line(cli: CliRunner, isolated_home: Path
 
 
 def test_a_bad_restart_in_the_recipe_keys_is_one_line(cli: CliRunner, isolated_home: Path) -> None:
-    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", "monitor.restart=on-failure:x")
+    code, _, err = invoke(
+        cli, "launch", "tiny", "--dry-run", "--set", "monitor.restart=on-failure:x"
+    )
     assert code == 2
     assert one_line_error(err) == (
         f"Error: 'x' in restart policy 'on-failure:x' is not a number of restarts {WORDS_HINT}"

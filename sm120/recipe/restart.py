@@ -25,7 +25,9 @@ DEFAULT_RESTART_BACKOFF_S = 10.0
 # More relaunches than this in one window is a crash loop, not bad luck.
 MAX_RESTART_LIMIT = 100
 CLEAN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-RESTART_HINT = "use no, on-failure, or on-failure:N with N from 1 to 100 (restarts per window)"
+RESTART_HINT = (
+    "use no, on-failure, or on-failure:N for at most N restarts per window, N from 1 to 100"
+)
 
 
 class RestartPolicyError(PlanError):

@@ -195,7 +195,7 @@ def test_the_breaker_trips_after_n_deaths_and_leaves_it_stopped(relaunching: Dep
     assert [record["kind"] for record in watchdog["restarts"]] == ["died", "died"]
     assert "GAVE UP" in sm120(relaunching.home, "status", "tiny").stdout
     stopped = sm120(relaunching.home, "stop", "tiny")
-    assert stopped.returncode == 0 and "cleaned up (it had already ended)" in stopped.stderr
+    assert stopped.returncode == 0 and "cleaned up (it had already ended)" in stopped.stdout
 
 
 def test_stop_never_relaunches(tmp_path: Path, tiny_model: Path) -> None:
