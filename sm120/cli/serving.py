@@ -139,6 +139,10 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     if gate.keep_on_fail:
         sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
         return 1
+    from sm120.lifecycle.monitoring import stop_for
+
+    # The monitor first, as `sm120 stop` does: it must not relaunch what the gate stops.
+    stop_for(ready.state.name)
     with deployment_lock(ready.state.name, "stop"):
         runtime.stop(ready.state, timeout=30.0)
         clear_state(ready.state.name)
