@@ -4,6 +4,7 @@ one-line refusal of every bad value."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,22 @@ def test_docker_leaves_restarts_to_the_monitor_under_on_failure() -> None:
     assert docker_restart_policy("on-failure:3") == {"Name": "no"}
     # No policy: Docker's own, as before (the container comes back with dockerd).
     assert docker_restart_policy("no") == {"Name": "unless-stopped"}
+
+
+def test_the_docker_dry_run_shows_the_container_policy(cli: CliRunner, isolated_home: Path) -> None:
+    for restart, docker_policy in (("on-failure:2", "no"), ("no", "unless-stopped")):
+        code, out, err = invoke(
+            cli,
+            "launch",
+            "tiny",
+            "--runtime",
+            "docker",
+            "--dry-run",
+            "--json",
+            "--restart",
+            restart,
+        )
+        assert code == 0, err
+        document = json.loads(out)
+        assert document["monitor"]["restart"] == restart
+        assert document["container"]["restart_policy"] == {"Name": docker_policy}
