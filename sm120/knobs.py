@@ -15,7 +15,9 @@ from typing import Literal
 from sm120.errors import PlanError
 from sm120.net import check_host
 
-Target = Literal["variant", "model_dir", "port", "host", "served_name", "thinking", "set", "arg"]
+Target = Literal[
+    "variant", "model_dir", "port", "host", "served_name", "thinking", "set", "arg", "key"
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ KNOBS: dict[str, Knob] = {
     "MAX_NUM_SEQS": Knob("arg", "max-num-seqs", "concurrent sequences"),
     "GPU_MEMORY_UTILIZATION": Knob("arg", "gpu-memory-utilization", "GPU memory fraction"),
     "KV_CACHE_DTYPE": Knob("arg", "kv-cache-dtype", "KV cache dtype"),
+    "RESTART": Knob("key", "monitor.restart", "no, on-failure or on-failure:N (relaunch on death)"),
     "SM120_SET": Knob("set", help="space-separated KEY=VALUE overrides, like --set"),
 }
 
@@ -128,5 +131,6 @@ def _apply(values: KnobValues, key: str, knob: Knob, raw: str) -> None:
         values.thinking = _parse_bool(key, raw)
     elif knob.target == "set":
         values.sets += raw.split()
-    elif knob.target == "arg":
+    elif knob.target in ("arg", "key"):
+        # An engine flag or a dotted recipe key, applied as `--set` would.
         values.sets.append(f"{knob.flag}={raw}")

@@ -25,6 +25,7 @@ from sm120.knobs import KnobValues, knob_values
 from sm120.net import check_host
 from sm120.overrides import Assignment, parse_assignment
 from sm120.recipe.loader import load_recipe
+from sm120.recipe.restart import parse_restart_policy, policy_text
 from sm120.recipe.schema import (
     Baseline,
     Derivations,
@@ -493,6 +494,9 @@ def _freeze(
     hardware = _validated(HardwareSpec, work.hardware, "hardware")
     smoke = _validated(SmokeSpec, work.smoke, "smoke")
     timeouts = _validated(Timeouts, work.timeouts, "timeouts")
+    if "restart" in work.monitor:
+        # Its own one-line error (from .env, --set or --restart), not pydantic's wording.
+        work.monitor["restart"] = str(parse_restart_policy(policy_text(work.monitor["restart"])))
     monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))

@@ -81,6 +81,7 @@ class StandInTarget:
         self.exit: ExitInfo | None = None
         self.generation_id = 1
         self.restarts = 0
+        self.stops = 0
         self.restartable = restartable
 
     @property
@@ -102,9 +103,13 @@ class StandInTarget:
     def restart(self, stop_timeout_s: float) -> None:
         self.restarts += 1
         self.generation_id += 1
+        self.running, self.exit = True, None
         # The new server starts from zero and has nothing running yet.
         self.server_.started += 100
         self.server_.generation = self.server_.prompt = self.server_.running = 0.0
+
+    def stop_server(self, stop_timeout_s: float) -> None:
+        self.stops += 1
 
     def gone(self) -> bool:
         return False
@@ -402,3 +407,101 @@ def test_without_gpus_the_published_list_is_empty(tmp_path: Path, scripted: Scri
     service, _target, _clock, _ = make(tmp_path, scripted)
     service.step()
     assert json.loads(service.files.live.read_text())["gpus"] == []
+
+
+ON_FAILURE_2 = {
+    "restart_on_death": True,
+    "restart_policy": "on-failure:2",
+    "max_restarts": 2,
+    "restart_backoff_s": 5.0,
+}
+
+
+def die(target: StandInTarget, returncode: int | None = None, signum: int | None = 9) -> None:
+    target.running = False
+    target.exit = ExitInfo(returncode=returncode, signal=signum, ended_at=0.0)
+
+
+def test_a_dead_server_is_relaunched_with_backoff_until_the_breaker_opens(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, said = make(tmp_path, scripted, **ON_FAILURE_2)
+    service.step()
+    with service.files.serve_log.open("a") as log:
+        log.write("".join(f"engine line {n}\n" for n in range(30)))
+    die(target)
+    service.step()
+    assert target.restarts == 1
+    assert kinds(service) == ["died", "restart"]
+    assert service.alerts[-1].message == (
+        "the engine killed by SIGKILL: relaunching the server (watchdog restart 1 of 2)"
+    )
+    (record,) = service.breaker.state.records
+    assert (record.kind, record.reason) == ("died", "the engine killed by SIGKILL")
+    assert record.log_tail == [f"engine line {n}" for n in range(10, 30)]
+
+    clock.now += 1
+    service.step()  # it runs again
+    die(target)
+    clock.now += 1
+    service.step()
+    assert target.restarts == 1  # 2 s after the last restart: 3 s of backoff still to wait
+    assert service.alerts[-1].message == "the server killed by SIGKILL; relaunching in 3 s"
+    clock.now += 3
+    service.step()
+    assert target.restarts == 2 and not service.finished
+
+    clock.now += 1
+    die(target, returncode=1, signum=None)
+    service.step()
+    assert target.restarts == 2 and target.stops == 1 and service.finished
+    assert service.alerts[-1].message == (
+        "gave up: the server exited with code 1 after 2 watchdog restarts in the last 6 h "
+        "(limit 2); not relaunching again (F26)"
+    )
+    assert "the breaker is open: the server stays stopped and the monitor ends" in said
+    summary = monitor_summary(service.files)["watchdog"]
+    assert (summary["breaker"], summary["restart_policy"]) == ("open", "on-failure:2")
+    assert [r["kind"] for r in summary["restarts"]] == ["died", "died"]
+    text = "\n".join(summary_lines(monitor_summary(service.files)))
+    assert "  restart   policy on-failure:2, breaker open" in text
+    assert "died: the engine killed by SIGKILL" in text
+    assert "            last line: engine line 29" in text
+
+
+def test_a_clean_exit_is_not_relaunched(tmp_path: Path, scripted: ScriptedServer) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, dead_grace_s=30.0, **ON_FAILURE_2)
+    service.step()
+    die(target, signum=15)
+    service.step()
+    assert target.restarts == 0 and kinds(service) == ["died", "clean_exit"]
+    assert service.alerts[-1].message == (
+        "not relaunching: the engine killed by SIGTERM, which is a stop, not a failure "
+        "(restart policy on-failure:2)"
+    )
+    clock.now += 31
+    service.step()
+    assert service.finished and target.restarts == 0 and target.stops == 0
+
+
+def test_a_server_gone_without_a_word_is_relaunched(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, _, _ = make(tmp_path, scripted, **ON_FAILURE_2)
+    service.step()
+    target.running, target.exit = False, None
+    service.step()
+    assert target.restarts == 1
+    assert service.breaker.state.records[0].reason == ("the engine went away (exit status unknown)")
+
+
+def test_without_the_policy_a_dead_server_is_never_relaunched(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, target, clock, _ = make(tmp_path, scripted, restart_on_wedge=True)
+    service.step()
+    die(target)
+    for _ in range(3):
+        clock.now += 10
+        service.step()
+    assert target.restarts == 0 and kinds(service) == ["died"]

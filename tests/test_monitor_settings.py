@@ -78,6 +78,8 @@ def test_set_reaches_the_monitor_settings_and_not_the_plan_hash() -> None:
         "max_restarts": 3,
         "restart_window_h": 6.0,
         "poll_s": 5.0,
+        "restart": "no",
+        "restart_backoff_s": 10.0,
     }
 
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
 from sm120.monitor.metrics import MetricsSnapshot
-from sm120.monitor.watchdog import Activity, RestartBreaker, WedgeDetector
+from sm120.monitor.watchdog import (
+    MAX_BACKOFF_S,
+    Activity,
+    RestartBreaker,
+    WedgeDetector,
+    breaker_state_from,
+)
 
 COMPILE_LINE = (
     "(EngineCore pid=12) INFO 06-21 10:00:00 [backends.py:383] Cache the graph of compile range "
@@ -173,3 +181,48 @@ def test_gave_up_stays_given_up() -> None:
 
 def test_zero_restarts_never_restarts() -> None:
     assert not RestartBreaker(limit=0).allows(0.0)
+
+
+def test_backoff_doubles_with_each_restart_in_the_window_up_to_the_cap() -> None:
+    breaker = RestartBreaker(limit=20, window_s=24 * 3600, backoff_s=10.0)
+    assert breaker.wait_s(0.0) == 0.0  # the first death is relaunched at once
+    breaker.record_restart(100.0, "died", "the engine killed by SIGKILL")
+    assert breaker.wait_s(100.0) == 10.0
+    assert breaker.wait_s(104.0) == 6.0
+    assert breaker.wait_s(111.0) == 0.0
+    breaker.record_restart(111.0)
+    assert breaker.wait_s(111.0) == 20.0
+    for at in range(200, 2000, 100):
+        breaker.record_restart(float(at))
+    assert breaker.wait_s(1900.0) == MAX_BACKOFF_S
+
+
+def test_restarts_out_of_the_window_no_longer_delay() -> None:
+    breaker = RestartBreaker(limit=2, window_s=60.0, backoff_s=30.0)
+    breaker.record_restart(0.0)
+    assert breaker.wait_s(10.0) == 20.0
+    assert breaker.wait_s(61.0) == 0.0 and breaker.allows(61.0)
+
+
+def test_each_restart_keeps_its_reason_and_last_lines_bounded() -> None:
+    breaker = RestartBreaker(limit=50)
+    lines = [f"line {n}" for n in range(100)]
+    for at in range(12):
+        breaker.record_restart(float(at), "died", f"death {at}", lines)
+    records = breaker.state.records
+    assert [record.reason for record in records] == [f"death {at}" for at in range(2, 12)]
+    assert records[-1].log_tail == lines[-20:] and records[-1].kind == "died"
+
+
+def test_the_breaker_file_round_trips_and_tolerates_an_older_one() -> None:
+    breaker = RestartBreaker(limit=1)
+    breaker.record_restart(5.0, "wedged", "frozen", ["a", "b"])
+    breaker.give_up(6.0, "limit")
+    again = breaker_state_from(asdict(breaker.state))
+    assert again == breaker.state
+    assert RestartBreaker(limit=1, state=again).position == "open"
+    # watchdog.json from before restart records, and garbage: both read as something usable.
+    older = breaker_state_from({"restarts": [1.0], "gave_up_at": None})
+    assert older.restarts == [1.0] and older.records == []
+    assert breaker_state_from(["not", "a", "dict"]).restarts == []
+    assert RestartBreaker().position == "closed"

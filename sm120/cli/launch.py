@@ -108,6 +108,12 @@ def launch(
     no_monitor: bool = typer.Option(
         False, "--no-monitor", help="Do not start the monitor (peaks, watchdog) after READY."
     ),
+    restart: str | None = typer.Option(
+        None,
+        "--restart",
+        help="When the server dies: no, on-failure or on-failure:N restarts per window "
+        "(default: the recipe's monitor.restart, or .env RESTART).",
+    ),
     gate: list[str] = typer.Option(
         [], "--gate", help="Gate suite(s) to pass before READY, e.g. core (see 'sm120 test')."
     ),
@@ -128,6 +134,11 @@ def launch(
         from sm120.placement.gpus import PLACEMENT_ENV, placement_set
 
         sets = [*sets, f"env.{PLACEMENT_ENV}={placement_set(placement)}"]
+    if restart is not None:
+        from sm120.recipe.restart import parse_restart_policy
+
+        # Refused here, before any work; then applied as the command line's last --set.
+        sets = [*sets, f"monitor.restart={parse_restart_policy(restart)}"]
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
     addresses = None
     if nodes is not None:
@@ -150,6 +161,9 @@ def launch(
         from sm120.placement.check import check_placeable
 
         check_placeable(checked.plan, placement)
+    from sm120.lifecycle.monitoring import check_restart_policy
+
+    check_restart_policy(checked.plan, monitor=not no_monitor, multinode=addresses is not None)
     launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
     if addresses is None:
         # The weights of a multi-node plan sit at one path on every node: no local default.

@@ -140,6 +140,10 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     if gate.keep_on_fail:
         sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
         return 1
+    from sm120.lifecycle.monitoring import stop_for
+
+    # The monitor first, as `sm120 stop` does: it must not relaunch what the gate stops.
+    stop_for(ready.state.name)
     with deployment_lock(ready.state.name, "stop"):
         runtime.stop(ready.state, timeout=30.0)
         clear_state(ready.state.name)
@@ -191,10 +195,17 @@ def banner(ready: Ready) -> None:
     )
 
 
+def _echo_line(line: str) -> None:
+    sys.stderr.write(line + ("\n" if not line.endswith("\n") else ""))
+
+
 def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
     """--foreground: the launcher lives as long as the engine (what a service unit runs).
     The engine ending on its own is a failure (1) after its leftovers are cleaned up; Ctrl-C
-    or SIGTERM stops it through `sm120 stop`'s sequence and is a success (0)."""
+    or SIGTERM stops it through `sm120 stop`'s sequence and is a success (0). Under a monitor
+    that restarts the server it follows the deployment through the restarts instead, and the
+    breaker giving up ends it with EXIT_GAVE_UP (sm120.lifecycle.foreground)."""
+    from sm120.lifecycle.foreground import EXIT_GAVE_UP, follow_deployment, monitor_restarts
     from sm120.lifecycle.notify import notify
     from sm120.lifecycle.stop import stop_deployment
 
@@ -203,10 +214,23 @@ def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
     sys.stdout.flush()
     notify(f"READY=1\nMAINPID={os.getpid()}")
     try:
-        for line in runtime.follow(state):
-            sys.stderr.write(line + ("\n" if not line.endswith("\n") else ""))
-        info = runtime.exit_info(state)
-        sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
+        if ready.monitor_pid and monitor_restarts(state.name):
+            end = follow_deployment(state.name, _echo_line)
+            if end.stopped:
+                sys.stderr.write(f"{state.name} was stopped ('sm120 stop')\n")
+                return 0
+            if end.gave_up:
+                sys.stderr.write(
+                    f"the engine {end.how} and the restart breaker is open: {state.name} "
+                    f"stays stopped (see 'sm120 status {state.name}')\n"
+                )
+                return EXIT_GAVE_UP
+            sys.stderr.write(f"the engine {end.how}\n")
+        else:
+            for line in runtime.follow(state):
+                _echo_line(line)
+            info = runtime.exit_info(state)
+            sys.stderr.write(f"the engine {info.describe() if info else 'stopped'}\n")
         sys.stderr.write(stop_deployment(state.name).describe() + "\n")
         return 1
     except KeyboardInterrupt:

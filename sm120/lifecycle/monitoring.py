@@ -5,11 +5,34 @@ from __future__ import annotations
 
 import dataclasses
 
+from sm120.errors import SM120Error
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
 from sm120.monitor.process import start_monitor, stop_monitor
 from sm120.plan import LaunchPlan
+from sm120.recipe.restart import parse_restart_policy
 from sm120.runtime.base import LaunchSpec
 from sm120.state import deployment_dir
+
+
+class SupervisionError(SM120Error):
+    """A restart policy that nothing would carry out."""
+
+
+def check_restart_policy(plan: LaunchPlan, *, monitor: bool, multinode: bool) -> None:
+    """Refuse a relaunch promise this launch cannot keep, before anything starts."""
+    policy = parse_restart_policy(plan.monitor.restart)
+    if not policy.on_failure:
+        return
+    if not monitor:
+        raise SupervisionError(
+            f"restart policy {policy} needs the monitor, which --no-monitor turns off",
+            "drop --no-monitor, or launch with --restart no",
+        )
+    if multinode:
+        raise SupervisionError(
+            f"restart policy {policy} does not span nodes yet",
+            "launch with --restart no; 'sm120 service' can restart the whole launch",
+        )
 
 
 def monitor_files(name: str) -> MonitorFiles:
@@ -18,6 +41,7 @@ def monitor_files(name: str) -> MonitorFiles:
 
 def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
     wanted = plan.monitor
+    policy = parse_restart_policy(wanted.restart)
     # A native run does not use the recipe's image: name the engine build instead.
     image = plan.image_ref if runtime_name != "native" else f"native {plan.image.engine_version}"
     speculative = plan.speculative
@@ -26,8 +50,12 @@ def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
         wedge_timeout_s=wanted.wedge_timeout_s,
         livelock_s=wanted.livelock_s,
         restart_on_wedge=wanted.restart_on_wedge,
-        max_restarts=wanted.max_restarts,
+        restart_on_death=policy.on_failure,
+        restart_policy=str(policy),
+        # One breaker for every restart: on-failure:N sets its limit.
+        max_restarts=policy.limit or wanted.max_restarts,
         restart_window_s=wanted.restart_window_h * 3600,
+        restart_backoff_s=wanted.restart_backoff_s,
         ready_timeout_s=float(plan.timeouts.ready_s),
         image=image,
         plan_hash=plan.plan_hash,
@@ -59,7 +87,12 @@ def prepare_watch_only(plan: LaunchPlan, name: str, runtime_name: str) -> Monito
     node by node, not from one argv): logs, peaks and wedge alerts, no watchdog restarts."""
     files = monitor_files(name)
     files.make_dirs()
-    settings = dataclasses.replace(settings_from_plan(plan, runtime_name), restart_on_wedge=False)
+    settings = dataclasses.replace(
+        settings_from_plan(plan, runtime_name),
+        restart_on_wedge=False,
+        restart_on_death=False,
+        restart_policy="no",
+    )
     settings.save(files.settings)
     files.launch_spec.unlink(missing_ok=True)  # without it the monitor never restarts
     files.watchdog.unlink(missing_ok=True)

@@ -3,8 +3,11 @@
 The unit's process is the foreground launcher, so the engine's life is the service's: READY
 is reported to systemd (Type=notify), an engine that dies ends the launcher non-zero
 (Restart=on-failure brings it back, the start limit is the circuit breaker), and SIGTERM from
-`systemctl stop` runs sm120's own stop sequence. KillMode=mixed sends that SIGTERM to the
-launcher only and SIGKILLs whatever is left after TimeoutStopSec.
+`systemctl stop` runs sm120's own stop sequence. With `--restart on-failure` among the launch
+options, sm120's monitor relaunches a dead engine inside the running service (the launcher
+follows the deployment through it), and when its breaker gives up the launcher exits
+EXIT_GAVE_UP, which RestartPreventExitStatus keeps systemd from restarting. KillMode=mixed
+sends that SIGTERM to the launcher only and SIGKILLs whatever is left after TimeoutStopSec.
 
 render_unit is pure (request -> text); install/uninstall are the only file writes, and
 they touch only units that carry MARKER, i.e. that sm120 wrote.
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120.errors import SM120Error
+from sm120.lifecycle.foreground import EXIT_GAVE_UP
 from sm120.lifecycle.stop import STOP_TIMEOUT_S
 from sm120.state import check_deployment_name
 
@@ -163,6 +167,8 @@ def render_unit(request: ServiceRequest) -> str:
         "KillMode=mixed",
         # 130: interrupted before READY by a stop request; that is not a failure to restart.
         "SuccessExitStatus=130",
+        # sm120's own breaker (`--restart on-failure`) gave up: systemd must not undo that.
+        f"RestartPreventExitStatus={EXIT_GAVE_UP}",
         "",
         "[Install]",
         f"WantedBy={'multi-user.target' if request.system else 'default.target'}",

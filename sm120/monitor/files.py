@@ -9,7 +9,8 @@ Under the deployment's state dir:
     monitor/settings.json         what launch asked for (poll, wedge timeout, restart policy)
     monitor/launch_spec.json      how to start the engine again (no secrets), 0600
     monitor/live.json             the latest view, for `sm120 monitor` and `sm120 status`
-    monitor/watchdog.json         the restart breaker: recent restarts, the gave-up marker
+    monitor/watchdog.json         the restart breaker: recent restarts (why, last log lines),
+                                  the gave-up marker
     monitor/monitor.pid           the running monitor (locked while it runs)
     diagnostics/wedge-*/          what was captured at each wedge
 """
@@ -28,6 +29,7 @@ from sm120.monitor.watchdog import (
     DEFAULT_RESTART_WINDOW_S,
     DEFAULT_WEDGE_TIMEOUT_S,
 )
+from sm120.recipe.restart import DEFAULT_RESTART, DEFAULT_RESTART_BACKOFF_S
 from sm120.runtime.base import LaunchSpec
 from sm120.state import private_dir
 
@@ -101,8 +103,13 @@ class MonitorSettings:
     # wedge, under the same restart_on_wedge and breaker).
     livelock_s: float = DEFAULT_LIVELOCK_S
     restart_on_wedge: bool = False
+    # `--restart on-failure[:N]`: relaunch a server that died of a failure, under the same
+    # breaker (max_restarts per restart_window_s), waiting restart_backoff_s (doubling).
+    restart_on_death: bool = False
+    restart_policy: str = DEFAULT_RESTART
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restart_window_s: float = DEFAULT_RESTART_WINDOW_S
+    restart_backoff_s: float = DEFAULT_RESTART_BACKOFF_S
     # How long a restart waits for the old server to stop, then for the new one to answer.
     stop_timeout_s: float = 30.0
     ready_timeout_s: float = 600.0

@@ -40,11 +40,13 @@ from sm120.monitor.target import Target
 from sm120.monitor.watchdog import (
     RESTARTABLE,
     Activity,
-    BreakerState,
     RestartBreaker,
     WedgeDetector,
+    breaker_state_from,
 )
 from sm120.phases import StartupTracker
+from sm120.recipe.restart import is_failure
+from sm120.runtime.base import ExitInfo
 
 RECENT_LINES = 200
 LIVE_ALERTS = 20
@@ -68,15 +70,12 @@ class Alert:
 
 
 def load_breaker(files: MonitorFiles, settings: MonitorSettings) -> RestartBreaker:
-    data = read_json(files.watchdog)
-    state = BreakerState()
-    if isinstance(data, dict):
-        state = BreakerState(
-            restarts=[float(at) for at in data.get("restarts") or []],
-            gave_up_at=data.get("gave_up_at"),
-            gave_up_reason=data.get("gave_up_reason"),
-        )
-    return RestartBreaker(settings.max_restarts, settings.restart_window_s, state)
+    return RestartBreaker(
+        settings.max_restarts,
+        settings.restart_window_s,
+        breaker_state_from(read_json(files.watchdog)),
+        settings.restart_backoff_s,
+    )
 
 
 class MonitorService:
@@ -159,11 +158,14 @@ class MonitorService:
         self._note_identity(server.identity, now)
         if server.running:
             self.dead_since = None
-            self._end_episode("died")
+            for episode in ("died", "backoff", "clean_exit"):
+                self._end_episode(episode)
             self._poll_server(now)
         else:
             self._server_down(server.exit.describe() if server.exit else None, now)
-            self._dead_for_good(server.identity is not None, now)
+            owned = server.identity is not None
+            if not (owned and self._relaunch_after_death(server.exit, now)):
+                self._dead_for_good(owned, now)
         self.publish()
 
     @property
@@ -374,23 +376,72 @@ class MonitorService:
         if not self.target.can_restart():
             self._alert(now, "wedge", "not restarting: this monitor cannot restart the server")
             return
-        limit, hours = self.breaker.limit, self.breaker.window_s / 3600
         if not self.breaker.allows(now):
-            reason = (
-                f"{len(self.breaker.recent(now))} watchdog restarts in the last {hours:g} h "
-                f"(limit {limit}); not restarting again (F26)"
-            )
-            if not self.breaker.gave_up:
-                self.breaker.give_up(now, reason)
-                self._save_breaker()
-            self._alert(now, "gave_up", f"gave up: {reason}")
+            self._give_up(now, f"{self._restarts_so_far(now)}; not restarting again (F26)")
             return
-        self.breaker.record_restart(now)
-        self._save_breaker()
-        count = len(self.breaker.recent(now))
-        self._alert(
-            now, "restart", f"restarting the server {why}(watchdog restart {count} of {limit})"
+        kind = Activity.livelock.value if why else Activity.wedged.value
+        frozen = self.detector.frozen_for(now)
+        reason = f"{kind}: token counters frozen for {frozen:.0f} s with requests running"
+        self._restart(now, kind, reason, f"restarting the server {why}")
+
+    def _relaunch_after_death(self, exit_info: ExitInfo | None, now: float) -> bool:
+        """`--restart on-failure`: True while the policy handles this death (relaunched it,
+        waits out the backoff, or gave up and stopped what was left of it)."""
+        if not self.settings.restart_on_death or not self.target.can_restart():
+            return False
+        if exit_info is not None and not is_failure(exit_info.returncode, exit_info.signal):
+            self._alert_once(
+                "clean_exit",
+                now,
+                f"not relaunching: the engine {exit_info.describe()}, which is a stop, not a "
+                f"failure (restart policy {self.settings.restart_policy})",
+            )
+            return False
+        how = exit_info.describe() if exit_info else "went away (exit status unknown)"
+        if not self.breaker.allows(now):
+            self._give_up(
+                now,
+                f"the server {how} after {self._restarts_so_far(now)}; not relaunching again (F26)",
+            )
+            self._stop_for_good(now)
+            return True
+        wait = self.breaker.wait_s(now)
+        if wait > 0:
+            self._alert_once("backoff", now, f"the server {how}; relaunching in {wait:.0f} s")
+            return True
+        # Its last words reach the log before its exit is recorded: read them all first.
+        for line in self.follower.read_lines():
+            self._take_line(line, now)
+        reason = f"the engine {how}"
+        self._restart(now, "died", reason, f"{reason}: relaunching the server ")
+        return True
+
+    def _restarts_so_far(self, now: float) -> str:
+        hours = self.breaker.window_s / 3600
+        return (
+            f"{len(self.breaker.recent(now))} watchdog restarts in the last {hours:g} h "
+            f"(limit {self.breaker.limit})"
         )
+
+    def _give_up(self, now: float, reason: str) -> None:
+        if not self.breaker.gave_up:
+            self.breaker.give_up(now, reason)
+            self._save_breaker()
+        self._alert(now, "gave_up", f"gave up: {reason}")
+
+    def _stop_for_good(self, now: float) -> None:
+        try:
+            self.target.stop_server(self.settings.stop_timeout_s)
+        except SM120Error as exc:
+            self._alert(now, "stop_failed", f"stopping the dead server failed: {exc.one_line()}")
+        self.say("the breaker is open: the server stays stopped and the monitor ends")
+        self.finished = True
+
+    def _restart(self, now: float, kind: str, reason: str, announce: str) -> None:
+        self.breaker.record_restart(now, kind, reason, list(self.recent))
+        self._save_breaker()
+        count, limit = len(self.breaker.recent(now)), self.breaker.limit
+        self._alert(now, "restart", f"{announce}(watchdog restart {count} of {limit})")
         try:
             self.target.restart(self.settings.stop_timeout_s)
         except SM120Error as exc:
@@ -399,6 +450,9 @@ class MonitorService:
         after = self.clock()
         self._new_run(after)
         self.restarted_at = after
+        self.dead_since = None
+        for episode in ("died", "backoff"):
+            self._end_episode(episode)
         self.identity = self.target.server().identity
         self._note_start(after)
 
@@ -456,6 +510,8 @@ class MonitorService:
                 "gpus_busy_for_s": round(self.detector.busy_for(now), 1),
                 "livelock_s": self.settings.livelock_s,
                 "restart_on_wedge": self.settings.restart_on_wedge,
+                "restart_policy": self.settings.restart_policy,
+                "breaker": self.breaker.position,
                 "restarts_in_window": len(self.breaker.recent(now)),
                 "max_restarts": self.breaker.limit,
                 "window_h": self.breaker.window_s / 3600,

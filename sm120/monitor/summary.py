@@ -10,22 +10,24 @@ from typing import Any
 from sm120.monitor.files import MonitorFiles, load_settings
 from sm120.monitor.peaks import iso_time, load_peaks, read_json
 from sm120.monitor.process import running_monitor
+from sm120.monitor.watchdog import breaker_state_from
 
 # live.json older than this came from a monitor that no longer updates it.
 STALE_AFTER_S = 120.0
+# `status` text lists the newest few restarts; --json has every kept one with its log lines.
+RESTARTS_SHOWN = 3
 
 
 def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
     settings = load_settings(files.settings)
     peaks = load_peaks(files.peak)
-    breaker = read_json(files.watchdog)
-    breaker = breaker if isinstance(breaker, dict) else {}
+    breaker = breaker_state_from(read_json(files.watchdog))
     live = read_json(files.live)
     live = live if isinstance(live, dict) else {}
     now = time.time()
     window = settings.restart_window_s
-    recent = [at for at in breaker.get("restarts") or [] if now - float(at) < window]
-    gave_up_at = breaker.get("gave_up_at")
+    recent = [at for at in breaker.restarts if now - at < window]
+    gave_up_at = breaker.gave_up_at
     fresh = now - float(live.get("updated_at") or 0.0) < STALE_AFTER_S
     return {
         "monitor_pid": running_monitor(files),
@@ -37,13 +39,21 @@ def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
         "peaks": asdict(peaks) if peaks else None,
         "watchdog": {
             "restart_on_wedge": settings.restart_on_wedge,
+            "restart_policy": settings.restart_policy,
+            "restart_on_death": settings.restart_on_death,
+            # closed: restarts allowed; open: it gave up until the next launch.
+            "breaker": "open" if gave_up_at is not None else "closed",
             "wedge_timeout_s": settings.wedge_timeout_s,
             "restarts_in_window": len(recent),
             "max_restarts": settings.max_restarts,
             "window_h": window / 3600,
             "gave_up": gave_up_at is not None,
             "gave_up_at": iso_time(float(gave_up_at)) if gave_up_at is not None else None,
-            "gave_up_reason": breaker.get("gave_up_reason"),
+            "gave_up_reason": breaker.gave_up_reason,
+            # Every restart kept: when, after what, why, and the server's last log lines.
+            "restarts": [
+                {**asdict(record), "at": iso_time(record.at)} for record in breaker.records
+            ],
             "last_wedge": (live.get("watchdog") or {}).get("last_wedge"),
         },
         "alerts": list(live.get("alerts") or [])[-3:],
@@ -79,8 +89,13 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"  watchdog  {policy}, {watchdog['restarts_in_window']}/{watchdog['max_restarts']} "
         f"restarts in {watchdog['window_h']:g} h, wedge after {watchdog['wedge_timeout_s']:g} s"
     )
+    lines.append(f"  restart   policy {watchdog['restart_policy']}, breaker {watchdog['breaker']}")
     if watchdog["gave_up"]:
         lines.append(f"  GAVE UP   at {watchdog['gave_up_at']}: {watchdog['gave_up_reason']}")
+    for record in watchdog["restarts"][-RESTARTS_SHOWN:]:
+        last = record["log_tail"][-1] if record["log_tail"] else "(no log lines)"
+        lines.append(f"  restarted {record['at']} {record['kind']}: {record['reason']}")
+        lines.append(f"            last line: {last}")
     for gpu in summary.get("gpus") or []:
         lines.append(f"  GPU{gpu.get('index')}      {gpu_line(gpu)}")
     if watchdog.get("last_wedge"):

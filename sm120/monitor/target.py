@@ -49,6 +49,10 @@ class Target(Protocol):
 
     def restart(self, stop_timeout_s: float) -> None: ...
 
+    def stop_server(self, stop_timeout_s: float) -> None:
+        """End whatever is left of a dead server for good; the deployment stays recorded."""
+        ...
+
     def gone(self) -> bool:
         """The deployment was stopped or replaced: the monitor's job is over."""
         ...
@@ -121,6 +125,13 @@ class DeploymentTarget:
         self.state = new_state
         self._expected_group = new_state.supervisor_pid
 
+    def stop_server(self, stop_timeout_s: float) -> None:
+        # Leftover workers, a stopped container: gone. The state stays, so `sm120 status`
+        # still shows how the server ended and why it was not brought back.
+        with deployment_lock(self.name, "stop"):
+            if not self.gone():
+                runtime_for(self.state).stop(self.state, timeout=stop_timeout_s)
+
 
 def _wait_for_port(host: str, port: int) -> None:
     deadline = time.monotonic() + PORT_RELEASE_WAIT_S
@@ -167,6 +178,9 @@ class UrlTarget:
 
     def restart(self, stop_timeout_s: float) -> None:
         raise RestartFailed("a server known only by its URL cannot be restarted from here")
+
+    def stop_server(self, stop_timeout_s: float) -> None:
+        return None  # its runtime owns it
 
     def gone(self) -> bool:
         return False

@@ -26,11 +26,16 @@ from sm120.gpu_readings import GpuReading
 from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S, GpuState, gpu_state
 from sm120.monitor.metrics import MetricsSnapshot, progress_counters
 from sm120.phases import clean_line
+from sm120.recipe.restart import DEFAULT_RESTART_BACKOFF_S
 
 DEFAULT_WEDGE_TIMEOUT_S = 120.0
 DEFAULT_MAX_COMPILE_S = 1800.0
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_RESTART_WINDOW_S = 6 * 3600.0
+MAX_BACKOFF_S = 600.0
+# Each restart keeps why it happened and the server's last lines; the newest few are kept.
+KEPT_RECORDS = 10
+RECORD_LOG_LINES = 20
 # The broadcast line repeats every 60 s while a step is stuck: this long after the last one
 # a request still counts as in flight.
 STALL_LINE_MEMORY_S = 90.0
@@ -175,22 +180,38 @@ class WedgeDetector:
 
 
 @dataclass
+class RestartRecord:
+    """One restart the monitor made: when, why, and the server's last words before it."""
+
+    at: float
+    kind: str
+    """What it restarted after: died, wedged or livelock."""
+    reason: str
+    log_tail: list[str] = field(default_factory=list)
+
+
+@dataclass
 class BreakerState:
-    """What watchdog.json holds: the restarts the watchdog made, and whether it gave up."""
+    """What watchdog.json holds: the restarts the watchdog made (death relaunches and wedge
+    restarts alike), and whether it gave up."""
 
     restarts: list[float] = field(default_factory=list)
     gave_up_at: float | None = None
     gave_up_reason: str | None = None
+    records: list[RestartRecord] = field(default_factory=list)
 
 
 @dataclass
 class RestartBreaker:
-    """At most `limit` restarts in any `window_s`; the next wedge trips it for good (until
-    the user launches again), so a broken server cannot loop forever (F26)."""
+    """At most `limit` restarts in any `window_s`; the next wedge or death trips it for good
+    (until the user launches again), so a broken server cannot loop forever (F26). A death
+    relaunch also waits `backoff_s` after the previous restart, doubling with each restart
+    in the window (up to MAX_BACKOFF_S), so a server that dies at once is not hammered."""
 
     limit: int = DEFAULT_MAX_RESTARTS
     window_s: float = DEFAULT_RESTART_WINDOW_S
     state: BreakerState = field(default_factory=BreakerState)
+    backoff_s: float = DEFAULT_RESTART_BACKOFF_S
 
     def recent(self, now: float) -> list[float]:
         return [at for at in self.state.restarts if now - at < self.window_s]
@@ -198,9 +219,21 @@ class RestartBreaker:
     def allows(self, now: float) -> bool:
         return self.state.gave_up_at is None and len(self.recent(now)) < self.limit
 
-    def record_restart(self, now: float) -> None:
+    def wait_s(self, now: float) -> float:
+        """How long a relaunch must still wait (0: go ahead)."""
+        recent = self.recent(now)
+        if not recent:
+            return 0.0
+        backoff = min(self.backoff_s * 2.0 ** (len(recent) - 1), MAX_BACKOFF_S)
+        return max(0.0, max(recent) + backoff - now)
+
+    def record_restart(
+        self, now: float, kind: str = "wedged", reason: str = "", log_tail: Sequence[str] = ()
+    ) -> None:
         # Only the window matters: drop older entries so the file stays small.
         self.state.restarts = [*self.recent(now), now]
+        record = RestartRecord(now, kind, reason, list(log_tail)[-RECORD_LOG_LINES:])
+        self.state.records = [*self.state.records, record][-KEPT_RECORDS:]
 
     def give_up(self, now: float, reason: str) -> None:
         self.state.gave_up_at = now
@@ -209,3 +242,30 @@ class RestartBreaker:
     @property
     def gave_up(self) -> bool:
         return self.state.gave_up_at is not None
+
+    @property
+    def position(self) -> str:
+        """The breaker's state as `status` names it: closed (restarts allowed) or open."""
+        return "open" if self.gave_up else "closed"
+
+
+def breaker_state_from(data: object) -> BreakerState:
+    """watchdog.json as written by an earlier monitor; anything unreadable is a fresh start."""
+    if not isinstance(data, dict):
+        return BreakerState()
+    records = [
+        RestartRecord(
+            at=float(item.get("at") or 0.0),
+            kind=str(item.get("kind") or "restart"),
+            reason=str(item.get("reason") or ""),
+            log_tail=[str(line) for line in item.get("log_tail") or []],
+        )
+        for item in data.get("records") or []
+        if isinstance(item, dict)
+    ]
+    return BreakerState(
+        restarts=[float(at) for at in data.get("restarts") or []],
+        gave_up_at=data.get("gave_up_at"),
+        gave_up_reason=data.get("gave_up_reason"),
+        records=records,
+    )

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sm120.recipe.restart import (
+    DEFAULT_RESTART,
+    DEFAULT_RESTART_BACKOFF_S,
+    RestartPolicyError,
+    parse_restart_policy,
+    policy_text,
+)
 
 ArgValue = Annotated[
     str | int | float | bool | dict[str, Any] | list[Any] | None,
@@ -333,6 +341,29 @@ class MonitorSpec(Strict):
     poll_s: float = Field(
         5.0, gt=0, le=60, description="How often the monitor scrapes /metrics and the log."
     )
+    restart: str = Field(
+        DEFAULT_RESTART,
+        description="What to do when the server dies: 'no' (it stays dead), 'on-failure' "
+        "(the monitor relaunches it after a failure, under the same breaker as wedge restarts: "
+        "max_restarts per restart_window_h) or 'on-failure:N' (at most N per window). An exit "
+        "0 or a SIGTERM/SIGINT/SIGHUP is not a failure. `launch --restart` and .env RESTART "
+        "set it too.",
+    )
+    restart_backoff_s: float = Field(
+        DEFAULT_RESTART_BACKOFF_S,
+        ge=0,
+        le=3600,
+        description="Wait before relaunching a server that died again: this long after the "
+        "first restart in the window, doubling with each further one (capped at 10 minutes).",
+    )
+
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _known_policy(cls, value: Any) -> str:
+        try:
+            return str(parse_restart_policy(policy_text(value)))
+        except RestartPolicyError as exc:
+            raise ValueError(exc.message) from None
 
 
 class Derivations(Strict):

@@ -13,6 +13,7 @@ from typing import Any
 
 from sm120.placement.gpus import PLACEMENT_ENV, placed_on
 from sm120.plan import LaunchPlan
+from sm120.recipe.restart import parse_restart_policy
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 
@@ -100,6 +101,17 @@ def _gpu_request(plan: LaunchPlan, environment: dict[str, str]) -> dict[str, Any
     return {"driver": "nvidia", "device_ids": ids, "capabilities": [["gpu"]]}
 
 
+def docker_restart_policy(restart: str) -> dict[str, str]:
+    """Docker's own restart policy for the deployment's container. Under `--restart
+    on-failure[:N]` the monitor relaunches a dead container (one breaker, backoff, the reason
+    and the last log lines kept), so Docker must not restart it behind the monitor's back; a
+    container Docker restarted would also read as not serving. Without a policy the
+    container keeps Docker's unless-stopped, as before (it comes back with dockerd)."""
+    if parse_restart_policy(restart).on_failure:
+        return {"Name": "no"}
+    return {"Name": "unless-stopped"}
+
+
 def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, Any]:
     argv = container_argv(plan, where.network)
     run: dict[str, Any] = {
@@ -110,7 +122,7 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "environment": render_env(plan, api_key=where.api_key),
         "labels": container_labels(plan, where.deployment),
         "volumes": _volumes(plan, where),
-        "restart_policy": {"Name": "unless-stopped"},
+        "restart_policy": docker_restart_policy(plan.monitor.restart),
         "healthcheck": _healthcheck(plan),
         "privileged": False,
         "detach": True,

@@ -202,6 +202,60 @@ def test_launch_chat_info_stop_in_a_container(tiny_image: dict[str, Any], tmp_pa
         dockerstack.remove_containers(label)
 
 
+def test_a_killed_container_is_relaunched_by_the_monitor(
+    tiny_image: dict[str, Any], tmp_path: Path
+) -> None:
+    """`--restart on-failure`: Docker's own policy is off, and the monitor replaces a killed
+    container with a new one (one breaker, the restart recorded) instead."""
+    port = free_port()
+    label = "sm120.deployment=tiny"
+    try:
+        launched = sm120(
+            tmp_path, "launch", "tiny", "--runtime", "docker", "--network", "host",
+            "--port", str(port), "--yes", "--timeout", "900", "--restart", "on-failure:1",
+            "--set", "monitor.poll_s=1", timeout=1500,
+        )  # fmt: skip
+        assert launched.returncode == 0, launched.stderr[-3000:]
+        state_path = tmp_path / "deployments/tiny/state.json"
+        first = json.loads(state_path.read_text())["container_id"]
+        policy = subprocess.run(
+            ["docker", "inspect", first, "--format", "{{.HostConfig.RestartPolicy.Name}}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert policy == "no"
+
+        subprocess.run(["docker", "kill", first], capture_output=True, check=True)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            current = json.loads(state_path.read_text())["container_id"]
+            if current != first and _healthy(port):
+                break
+            time.sleep(2)
+        else:
+            raise AssertionError("no relaunched container became ready")
+        assert _container_ids(label) == [current[:12]]  # the killed one was removed
+        row = json.loads(sm120(tmp_path, "status", "--json").stdout)[0]
+        assert row["running"] is True
+        watchdog = row["monitor"]["watchdog"]
+        assert (watchdog["restart_policy"], watchdog["breaker"]) == ("on-failure:1", "closed")
+        (record,) = watchdog["restarts"]
+        assert (record["kind"], record["reason"]) == ("died", "the engine killed by SIGKILL")
+        assert record["log_tail"]
+
+        stopped = sm120(tmp_path, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert _container_ids(label) == []
+    finally:
+        dockerstack.remove_containers(label)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _engine_pids(home: Path) -> list[int]:
     from sm120.runtime.docker import DockerRuntime
     from sm120.state import load_state
