@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from sm120.gateway.backends import Backend
-from sm120.gateway.swap import SwapPolicy
+from sm120.gateway.proxy import RouteCache
+from sm120.gateway.swap import Swapper, SwapPolicy
 from tests.fake_openai_server import FakeOpenAIServer, Reply
 from tests.gateway_fakes import FakeActions, backend, exchange, running_gateway
 from tests.integration.realstack import free_port
@@ -261,3 +262,35 @@ def test_a_request_without_a_model_is_404() -> None:
     body = json.loads(raw)
     assert status == 404
     assert body["error"]["message"] == "the request names no model; models: a"
+
+
+def test_the_routing_table_is_reused_briefly_and_reread_when_it_may_be_wrong() -> None:
+    table = {"a": backend("a", "http://127.0.0.1:1"), "b": backend("b", "http://127.0.0.1:2")}
+    reads: list[int] = []
+
+    async def discover() -> dict[str, Backend]:
+        reads.append(1)
+        return dict(table)
+
+    swapper = Swapper(SwapPolicy(), FakeActions(table), discover)
+
+    async def scenario() -> list[int]:
+        routes = RouteCache(swapper, ttl_s=60)
+        counts = []
+        for model in ("a", "a", "b"):  # a running model within the TTL: no new read
+            await routes.lookup(model)
+            counts.append(len(reads))
+        await routes.lookup("c")  # not in the table: read again, it may be new
+        counts.append(len(reads))
+        table["a"] = backend("a", "http://127.0.0.1:1", running=False)
+        await routes.lookup("a")  # cached as running: still no read
+        counts.append(len(reads))
+        swapper.swap_events += 1  # a swap began: what the table says may be wrong
+        found, _ = await routes.lookup("a")
+        counts.append(len(reads))
+        assert found is not None and not found.running
+        await routes.lookup("a")  # down: always read afresh
+        counts.append(len(reads))
+        return counts
+
+    assert run(scenario()) == [1, 1, 1, 2, 2, 3, 4]

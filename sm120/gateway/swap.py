@@ -67,6 +67,8 @@ class Swapper:
     asleep: set[str] = field(default_factory=set)
     in_flight: Counter[str] = field(default_factory=Counter)
     last_used: dict[str, float] = field(default_factory=dict)
+    # Counts swaps begun and ended: a routing table read before either is out of date.
+    swap_events: int = 0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _swaps: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
@@ -126,20 +128,27 @@ class Swapper:
 
     async def _swap_in(self, model: str) -> None:
         async with self._lock:
-            backends = await self.discover()
-            await self.observe(backends)
-            target = backends.get(model)
-            if target is None:
-                raise SwapFailed(f"model '{model}' is gone", "see 'sm120 status'")
-            if self.awake(target):
-                return
-            await self._make_room(target, backends)
-            if target.running and target.sleep_mode:
-                await self.actions.wake(target)
-                self.asleep.discard(target.deployment)
-            else:
-                await self.actions.start(target, self.policy.wait_s)
-            self.used(target)
+            self.swap_events += 1
+            try:
+                await self._swap_in_locked(model)
+            finally:
+                self.swap_events += 1
+
+    async def _swap_in_locked(self, model: str) -> None:
+        backends = await self.discover()
+        await self.observe(backends)
+        target = backends.get(model)
+        if target is None:
+            raise SwapFailed(f"model '{model}' is gone", "see 'sm120 status'")
+        if self.awake(target):
+            return
+        await self._make_room(target, backends)
+        if target.running and target.sleep_mode:
+            await self.actions.wake(target)
+            self.asleep.discard(target.deployment)
+        else:
+            await self.actions.start(target, self.policy.wait_s)
+        self.used(target)
 
     async def _make_room(self, target: Backend, backends: dict[str, Backend]) -> None:
         others = [b for b in backends.values() if self.awake(b) and b is not target]
