@@ -128,7 +128,7 @@ def _gpu_set(service: str, plan: LaunchPlan, text: str | None) -> tuple[int, ...
         return None
     if plan.hardware.gpus == 0:
         raise ComposeError(
-            f"service {service} runs on the CPU (recipe {plan.recipe}); --gpus has nothing to place",
+            f"service {service} runs on the CPU (recipe {plan.recipe}): no GPUs to place",
             f"leave --gpus {service}=... out",
         )
     ids = parse_gpu_set(text.removeprefix(DEVICE_PREFIX), text)
@@ -178,10 +178,10 @@ def _check_gpus(members: list[ComposeMember]) -> None:
     on_gpus = [m for m in members if m.plan.hardware.gpus > 0]
     unplaced = [m.service for m in on_gpus if m.gpu_ids is None]
     if len(on_gpus) > 1 and unplaced:
-        services = " and ".join(m.service for m in on_gpus[:2])
+        first, second = on_gpus[0].service, on_gpus[1].service
         raise ComposeError(
-            f"services {services} would share the GPUs: --gpus does not split them",
-            f"give each its own GPUs: --gpus {on_gpus[0].service}=0,1 --gpus {on_gpus[1].service}=2,3",
+            f"services {first} and {second} would share the GPUs: --gpus does not split them",
+            f"give each its own GPUs: --gpus {first}=0,1 --gpus {second}=2,3",
         )
     holders: dict[int, str] = {}
     for member in on_gpus:

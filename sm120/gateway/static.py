@@ -56,7 +56,9 @@ def load_static_backends(path: Path) -> dict[str, Backend]:
             f"cannot read backends file {path}: {exc.strerror or exc}", BACKENDS_HINT
         ) from None
     except ValueError as exc:
-        raise StaticBackendsError(f"backends file {path} is not JSON: {exc}", BACKENDS_HINT) from None
+        raise StaticBackendsError(
+            f"backends file {path} is not JSON: {exc}", BACKENDS_HINT
+        ) from None
     found: dict[str, Backend] = {}
     for row in _rows(document, path):
         backend = _backend(row, path)
