@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from sm120.cli.errors import cli_errors
-from sm120.compose.members import ComposeRequest
+from sm120.gateway.config import GatewayConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -188,14 +188,16 @@ def compose(
     ports: list[str] = typer.Option([], "--ports", help="NAME=PORT for a service (repeat)."),
     gpus: list[str] = typer.Option([], "--gpus", help="NAME=0,1: a service's GPUs (repeat)."),
     gateway_port: int = typer.Option(
-        ComposeRequest.gateway_port, "--gateway-port", help="The gateway's port."
+        GatewayConfig.port, "--gateway-port", help="The gateway's port."
     ),
     host_network: bool = typer.Option(
         False, "--host-network", help="Run every service on the host's network."
     ),
 ) -> None:
-    """Write a standalone compose file that serves the plan (no .env needed); with several
-    recipes, one service each plus the gateway routing to them by model."""
+    """Write a standalone compose file that serves the plan (no .env needed).
+
+    With several recipes (or NAME=RECIPE), a project: one service each, the gateway routing
+    to them by model, and their keys in secrets/ beside the file (see docs/gateway.md)."""
     if len(recipes) > 1 or "=" in recipes[0] or ports or gpus or host_network:
         if variant or model_dir or port is not None:
             from sm120.errors import SM120Error
@@ -204,6 +206,8 @@ def compose(
                 "--variant, --model-dir and --port apply to one recipe, not a project",
                 "with several recipes use --ports NAME=PORT; their variants are the defaults",
             )
+        from sm120.compose.members import ComposeRequest
+
         request = ComposeRequest(
             specs=tuple(recipes),
             ports=tuple(ports),
@@ -237,7 +241,7 @@ def compose(
         typer.echo(f"wrote {output} (docker compose -f {output} up)", err=True)
 
 
-def _compose_project(request: ComposeRequest, output: Path | None) -> None:
+def _compose_project(request, output: Path | None) -> None:  # type: ignore[no-untyped-def]
     from sm120.compose.members import build_project
     from sm120.compose.write import write_project
     from sm120.errors import SM120Error
