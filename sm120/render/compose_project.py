@@ -90,7 +90,10 @@ def render_compose_project(
     volumes = sorted({v for m in members for v in cache_volumes(m.caches).values()})
     if volumes:
         document["volumes"] = {name: None for name in volumes}
-    recipes = " ".join(f"{m.service}={m.plan.recipe}" for m in members)
+    recipes = " ".join(
+        m.service if m.service == m.plan.recipe else f"{m.service}={m.plan.recipe}"
+        for m in members
+    )
     images = " ".join(sorted({m.plan.recipe for m in members}))
     header = (
         f"# sm120 compose {recipes}: one engine each, and the gateway on "
