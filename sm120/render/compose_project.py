@@ -91,8 +91,7 @@ def render_compose_project(
     if volumes:
         document["volumes"] = {name: None for name in volumes}
     recipes = " ".join(
-        m.service if m.service == m.plan.recipe else f"{m.service}={m.plan.recipe}"
-        for m in members
+        m.service if m.service == m.plan.recipe else f"{m.service}={m.plan.recipe}" for m in members
     )
     images = " ".join(sorted({m.plan.recipe for m in members}))
     header = (
