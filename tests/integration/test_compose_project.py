@@ -115,10 +115,13 @@ def _when_up(gateway: httpx.Client, models: tuple[str, ...], timeout_s: float) -
     for model in models:
         while True:
             try:
-                if gateway.post("/v1/chat/completions", json=_request(model)).status_code == 200:
-                    break
+                answer = gateway.post("/v1/chat/completions", json=_request(model))
             except httpx.TransportError:
-                pass
+                answer = None
+            if answer is not None and answer.status_code == 200:
+                break
+            # 502 while the engine loads; anything else (a 401: keys not wired) fails now.
+            assert answer is None or answer.status_code == 502, answer.text
             assert time.monotonic() < deadline, f"{model} never answered through the gateway"
             time.sleep(3)
     listed = gateway.get("/v1/models")
