@@ -223,3 +223,14 @@ def test_docker_compose_accepts_the_project(name: str, cli: CliRunner, tmp_path:
     assert config["secrets"]["gateway_key"]["file"] == str(tmp_path / "secrets" / "gateway_key")
     gateway = config["services"]["gateway"]
     assert set(gateway["depends_on"]) == set(config["services"]) - {"gateway"}
+
+
+def test_a_folder_that_does_not_exist_is_refused(cli: CliRunner, tmp_path: Path) -> None:
+    target = tmp_path / "missing" / "compose.yaml"
+    code, _, err = invoke(cli, "compose", *PROJECTS["tiny-fast"], "-o", str(target))
+    assert code == 2
+    assert one_line_error(err) == (
+        f"Error: cannot write {tmp_path / 'missing' / 'secrets'}: No such file or directory "
+        "(hint: pass -o a file in a folder that exists and is writable)"
+    )
+    assert list(tmp_path.iterdir()) == []
