@@ -40,7 +40,8 @@ class GatewayKeyMissing(SM120Error):
 
 def serve(config: GatewayConfig, files: GatewayFiles) -> None:
     """Run the gateway in this process until SIGTERM/SIGINT."""
-    find, api_key = _backends_and_key(config, files)
+    # Files named on the command line are checked before anything is locked or written.
+    find, given_key = _backends_and_key(config)
     lock = PidLock(files.pid)
     if not lock.acquire():
         held = running_gateway(files)
@@ -49,6 +50,8 @@ def serve(config: GatewayConfig, files: GatewayFiles) -> None:
             "see 'sm120 gateway status', or 'sm120 gateway stop' first",
         )
     try:
+        # Made under the lock: two starts racing must not each write a different key.
+        api_key = given_key or ensure_gateway_key(files)
         asyncio.run(_serve(config, files, find, api_key))
     finally:
         files.address.unlink(missing_ok=True)
@@ -56,15 +59,15 @@ def serve(config: GatewayConfig, files: GatewayFiles) -> None:
 
 
 def _backends_and_key(
-    config: GatewayConfig, files: GatewayFiles
-) -> tuple[Callable[[], dict[str, Backend]], str]:
+    config: GatewayConfig,
+) -> tuple[Callable[[], dict[str, Backend]], str | None]:
     """Static mode reads both from files and fails at once when they are unusable; otherwise
-    the state directory is read per request and the gateway's own key is kept or made."""
+    the state directory is read per request, and no key is given (the gateway keeps its own)."""
     find = discover
     if config.backends_file is not None:
         find = static_discover(load_static_backends(config.backends_file))
     if config.key_file is None:
-        return find, ensure_gateway_key(files)
+        return find, None
     key = read_api_key(str(config.key_file))
     if key is None:
         raise GatewayKeyMissing(
