@@ -46,6 +46,7 @@ _MAX_TOKENS = Bound(1, MAX_TOKENS, "or leave it out")
 # name of the command's function, which cli_errors sees).
 BOUNDS: dict[str, Bound] = {
     "--port": _PORT,
+    "--gateway-port": _PORT,
     "--gpus": Bound(1, MAX_GPUS, "e.g. --gpus 4"),
     # launch checks a plan against declared hardware: 0 GPUs is a CPU-only machine (tiny)
     "launch --gpus": Bound(0, MAX_GPUS, "0 for a CPU-only machine, e.g. --gpus 4"),

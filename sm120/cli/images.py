@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.gateway.config import GatewayConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -177,18 +178,53 @@ def info(
 
 @cli_errors
 def compose(
-    recipe: str = typer.Argument(..., help="Recipe to write a compose file for."),
+    recipes: list[str] = typer.Argument(
+        ..., help="Recipe(s); several (or NAME=RECIPE) write a project with the gateway."
+    ),
     variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
     output: Path | None = typer.Option(None, "--output", "-o", help="File (default: stdout)."),
     model_dir: str | None = typer.Option(None, "--model-dir", help="Checkpoint folder."),
     port: int | None = typer.Option(None, "--port", help="Port (default: the recipe's)."),
+    ports: list[str] = typer.Option([], "--ports", help="NAME=PORT for a service (repeat)."),
+    gpus: list[str] = typer.Option([], "--gpus", help="NAME=0,1: a service's GPUs (repeat)."),
+    gateway_port: int = typer.Option(
+        GatewayConfig.port, "--gateway-port", help="The gateway's port."
+    ),
+    host_network: bool = typer.Option(
+        False, "--host-network", help="Run every service on the host's network."
+    ),
 ) -> None:
-    """Write a standalone compose file that serves the plan (no .env needed)."""
+    """Write a standalone compose file that serves the plan (no .env needed).
+
+    With several recipes (or NAME=RECIPE), a project: one service each, the gateway routing
+    to them by model, and their keys in secrets/ beside the file (see docs/gateway.md)."""
+    if len(recipes) > 1 or "=" in recipes[0] or ports or gpus or host_network:
+        if variant or model_dir or port is not None:
+            from sm120.errors import SM120Error
+
+            raise SM120Error(
+                "--variant, --model-dir and --port apply to one recipe, not a project",
+                "with several recipes use --ports NAME=PORT; their variants are the defaults",
+            )
+        from sm120.compose.members import ComposeRequest
+
+        request = ComposeRequest(
+            specs=tuple(recipes),
+            ports=tuple(ports),
+            gpus=tuple(gpus),
+            gateway_port=gateway_port,
+            host_network=host_network,
+            environ=dict(os.environ),
+        )
+        _compose_project(request, output)
+        return
     from sm120.plan import PlanRequest, resolve
     from sm120.render.compose import render_compose_file
 
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
-    plan = resolve(PlanRequest(recipe=recipe, variants=variants, model_dir=model_dir, port=port))
+    plan = resolve(
+        PlanRequest(recipe=recipes[0], variants=variants, model_dir=model_dir, port=port)
+    )
     text = render_compose_file(plan, _image_caches(plan))
     if output is None:
         typer.echo(text, nl=False)
@@ -203,3 +239,24 @@ def compose(
                 "pass -o a file in a folder that exists and is writable, or leave -o out",
             ) from None
         typer.echo(f"wrote {output} (docker compose -f {output} up)", err=True)
+
+
+def _compose_project(request, output: Path | None) -> None:  # type: ignore[no-untyped-def]
+    from sm120.compose.members import build_project
+    from sm120.compose.write import write_project
+    from sm120.errors import SM120Error
+
+    if output is None:
+        raise SM120Error(
+            "a compose project is written with its key files beside it, not to stdout",
+            "pass -o FOLDER/compose.yaml",
+        )
+    project = build_project(request, _image_caches)
+    for path in write_project(project, output):
+        typer.echo(f"wrote {path}", err=True)
+    gateway = project.gateway
+    typer.echo(
+        f"gateway on http://{gateway.host}:{gateway.port}/v1 "
+        f"(its key: {output.parent}/secrets/gateway_key); docker compose -f {output} up",
+        err=True,
+    )

@@ -1,10 +1,14 @@
 """`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]`: the gateway
-process that `sm120 gateway start` runs detached (or in the foreground)."""
+process that `sm120 gateway start` runs detached (or in the foreground).
+
+`--backends FILE --key-file KEY` is the static mode a compose project runs (sm120.gateway.static):
+backends from the file, the gateway's key from KEY."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from sm120.errors import SM120Error
 from sm120.gateway.config import GatewayConfig
@@ -18,8 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=GatewayConfig.port)
     parser.add_argument("--max-awake", type=int, default=GatewayConfig.max_awake)
     parser.add_argument("--swap-wait", type=float, default=GatewayConfig.swap_wait_s)
+    parser.add_argument("--backends", type=Path, default=GatewayConfig.backends_file)
+    parser.add_argument("--key-file", type=Path, default=GatewayConfig.key_file)
     args = parser.parse_args(argv)
-    config = GatewayConfig(args.host, args.port, args.max_awake, args.swap_wait)
+    config = GatewayConfig(
+        args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file
+    )
     try:
         serve(config, gateway_files())
     except SM120Error as exc:

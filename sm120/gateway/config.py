@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 # Off vLLM's 8000 and the recipes' ports, so the gateway rarely takes an engine's port.
@@ -21,3 +22,7 @@ class GatewayConfig:
     # How many deployments fit at once: past it, asking for another puts one away.
     max_awake: int = DEFAULT_MAX_AWAKE
     swap_wait_s: float = DEFAULT_SWAP_WAIT_S
+    # Static mode (inside a compose project): backends from this file, not sm120's state.
+    backends_file: Path | None = None
+    # The gateway's key from this file (a compose secret) instead of its generated one.
+    key_file: Path | None = None

@@ -7,13 +7,14 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
 
 from sm120.errors import SM120Error
 from sm120.gateway.actions import EngineActions
-from sm120.gateway.backends import discover
+from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import (
     GatewayAddress,
@@ -23,7 +24,9 @@ from sm120.gateway.files import (
     save_address,
 )
 from sm120.gateway.proxy import build_app, discoverer
+from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.lifecycle.secrets import read_api_key
 from sm120.pidlock import PidLock
 
 
@@ -31,8 +34,14 @@ class GatewayRunning(SM120Error):
     """Another gateway holds the pid file."""
 
 
+class GatewayKeyMissing(SM120Error):
+    """--key-file names no readable key."""
+
+
 def serve(config: GatewayConfig, files: GatewayFiles) -> None:
     """Run the gateway in this process until SIGTERM/SIGINT."""
+    # Files named on the command line are checked before anything is locked or written.
+    find, given_key = _backends_and_key(config)
     lock = PidLock(files.pid)
     if not lock.acquire():
         held = running_gateway(files)
@@ -41,13 +50,39 @@ def serve(config: GatewayConfig, files: GatewayFiles) -> None:
             "see 'sm120 gateway status', or 'sm120 gateway stop' first",
         )
     try:
-        asyncio.run(_serve(config, files))
+        # Made under the lock: two starts racing must not each write a different key.
+        api_key = given_key or ensure_gateway_key(files)
+        asyncio.run(_serve(config, files, find, api_key))
     finally:
         files.address.unlink(missing_ok=True)
         lock.release()
 
 
-async def _serve(config: GatewayConfig, files: GatewayFiles) -> None:
+def _backends_and_key(
+    config: GatewayConfig,
+) -> tuple[Callable[[], dict[str, Backend]], str | None]:
+    """Static mode reads both from files and fails at once when they are unusable; otherwise
+    the state directory is read per request, and no key is given (the gateway keeps its own)."""
+    find = discover
+    if config.backends_file is not None:
+        find = static_discover(load_static_backends(config.backends_file))
+    if config.key_file is None:
+        return find, None
+    key = read_api_key(str(config.key_file))
+    if key is None:
+        raise GatewayKeyMissing(
+            f"the gateway key file {config.key_file} is missing or empty",
+            "mount the key file (sm120 compose writes secrets/gateway_key)",
+        )
+    return find, key
+
+
+async def _serve(
+    config: GatewayConfig,
+    files: GatewayFiles,
+    find: Callable[[], dict[str, Backend]],
+    api_key: str,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -56,8 +91,8 @@ async def _serve(config: GatewayConfig, files: GatewayFiles) -> None:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
-        swapper = Swapper(policy, EngineActions(session), discoverer(discover))
-        app = build_app(ensure_gateway_key(files), swapper, session)
+        swapper = Swapper(policy, EngineActions(session), discoverer(find))
+        app = build_app(api_key, swapper, session)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:

@@ -32,10 +32,12 @@ def cache_volumes(caches: dict[str, str]) -> dict[str, str]:
 
 
 def render_compose_service(
-    plan: LaunchPlan, caches: dict[str, str] | None = None
+    plan: LaunchPlan, caches: dict[str, str] | None = None, bind_host: str = "0.0.0.0"
 ) -> dict[str, Any]:
-    """`caches`: where the plan's image writes caches (its image.yaml), kept in volumes."""
-    argv = render_argv(plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host="0.0.0.0")
+    """`caches`: where the plan's image writes caches (its image.yaml), kept in volumes.
+    `bind_host`: where the engine listens inside its container (all of the container's
+    addresses, so the published port reaches it)."""
+    argv = render_argv(plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host=bind_host)
     service: dict[str, Any] = {
         "image": plan.image_ref,
         # A built image exists only here; a published one may be pulled.
