@@ -46,6 +46,7 @@ def render_compose_service(
         "command": argv[1:],
         "environment": render_env(plan),
         "ipc": "host",
+        # For NCCL's pinned memory; a CPU engine has none (dropped below).
         "ulimits": {"memlock": -1, "stack": 67108864},
         "labels": labels(plan),
         # Bind the published port to loopback unless the plan asks for another address.
@@ -71,6 +72,10 @@ def render_compose_service(
     volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}).items()]
     if volumes:
         service["volumes"] = volumes
+    if plan.hardware.gpus == 0:
+        # Docker engines that may not raise rlimits (rootless, user namespaces) refuse a
+        # container that asks ("error setting rlimit type 8"), as compose.cpu.yaml knows.
+        del service["ulimits"]
     if plan.hardware.gpus > 0:
         service["deploy"] = {
             "resources": {

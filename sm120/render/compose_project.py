@@ -122,11 +122,6 @@ def _engine_service(member: ComposeMember, host_network: bool) -> dict[str, Any]
     wrapped["environment"] = {**service["environment"], KEY_FILE_ENV: f"{SECRET_MOUNT}/{secret}"}
     wrapped["labels"] = {**service["labels"], "sm120.service": member.service}
     wrapped["secrets"] = [secret]
-    if plan.hardware.gpus == 0:
-        # The memlock/stack limits are for NCCL's pinned memory (as compose.cpu.yaml leaves
-        # them out): a CPU engine has no use for them, and Docker engines that may not raise
-        # rlimits (rootless, user namespaces) refuse to start a container that asks.
-        del wrapped["ulimits"]
     if host_network:
         del wrapped["ports"]
         wrapped["network_mode"] = "host"
