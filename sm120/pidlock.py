@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -66,3 +69,25 @@ def lock_holder(path: Path) -> int | None:
             return int(text) if text.isdigit() else None
         fcntl.flock(handle, fcntl.LOCK_UN)
         return None
+
+
+def end_holder(pid: int, still_held: Callable[[], bool], timeout_s: float) -> None:
+    """SIGTERM the process holding a lock and wait until it lets go; SIGKILL it after
+    timeout_s, then wait a little for the kernel to release the lock of the killed process.
+    `still_held` asks the lock again, so a pid reused by another process is never waited on."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while still_held():
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_released(still_held)
+            return
+        time.sleep(0.05)
+
+
+def _wait_released(still_held: Callable[[], bool], wait_s: float = 5.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while still_held() and time.monotonic() < deadline:
+        time.sleep(0.05)

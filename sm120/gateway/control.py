@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
 from sm120.lifecycle.ports import ensure_port_free
 from sm120.net import check_host, client_url, exposure_warning
+from sm120.pidlock import end_holder
 
 GATEWAY_MODULE = "sm120.gateway"
 START_WAIT_S = 20.0
@@ -180,25 +180,10 @@ def stop_gateway(files: GatewayFiles, timeout_s: float = STOP_WAIT_S) -> int | N
     if held is None:
         return None
     pid = held[0]
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while _holds(files, pid):
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _wait_released(files, pid)
-            break
-        time.sleep(0.05)
+    end_holder(pid, lambda: _holds(files, pid), timeout_s)
     return pid
 
 
 def _holds(files: GatewayFiles, pid: int) -> bool:
     held = running_gateway(files)
     return held is not None and held[0] == pid
-
-
-def _wait_released(files: GatewayFiles, pid: int) -> None:
-    deadline = time.monotonic() + 5.0
-    while _holds(files, pid) and time.monotonic() < deadline:
-        time.sleep(0.05)

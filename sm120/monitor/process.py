@@ -7,7 +7,6 @@ never trusts a stale pid that the system has since given to another process.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sm120.monitor.files import MonitorFiles
-from sm120.pidlock import PidLock, lock_holder
+from sm120.pidlock import PidLock, end_holder, lock_holder
 
 if TYPE_CHECKING:
     from sm120.monitor.target import Target
@@ -64,23 +63,8 @@ def stop_monitor(files: MonitorFiles, timeout_s: float = STOP_TIMEOUT_S) -> bool
     pid = running_monitor(files)
     if pid is None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while running_monitor(files) == pid:
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _wait_gone(files, pid)
-            break
-        time.sleep(0.05)
+    end_holder(pid, lambda: running_monitor(files) == pid, timeout_s)
     return True
-
-
-def _wait_gone(files: MonitorFiles, pid: int) -> None:
-    deadline = time.monotonic() + 5.0
-    while running_monitor(files) == pid and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def serve(

@@ -7,6 +7,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +76,15 @@ def engine_processes(port: int) -> list[int]:
         if b"--port" in args and str(port).encode() in args and any(b"vllm" in a for a in args):
             found.append(int(entry.name))
     return found
+
+
+def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
+    """condition()'s first truthy value; an AssertionError naming `what` past the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)

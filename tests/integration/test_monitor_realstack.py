@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +35,12 @@ from tests.integration.realstack import (
     port_is_free,
     sm120,
     state_of,
+    wait_for,
 )
 
 pytestmark = pytest.mark.integration
 
 RESTART_WAIT_S = 900.0  # a start takes ~45 s on an idle 2-core box, minutes on a busy one
-
-
-def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 class Served:

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +36,13 @@ from tests.integration.realstack import (
     port_is_free,
     sm120,
     state_of,
+    wait_for,
 )
 
 pytestmark = pytest.mark.integration
 
 START_WAIT_S = 900.0  # a start takes ~45 s on an idle 2-core box, minutes on a busy one
 FAST = ("--set", "monitor.poll_s=1", "--set", "monitor.restart_backoff_s=1")
-
-
-def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 class Deployment:
