@@ -31,16 +31,20 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def bare_ready(python: str, request: PlanRequest, cache: Path, key: str) -> float:
-    """Seconds from `vllm serve` to its first answer, for `request` on a free port."""
+def bare_ready(
+    python: str, request: PlanRequest, cache: Path, key: str, log: Path | None = None
+) -> float:
+    """Seconds from `vllm serve` to its first answer, for `request` on a free port; the
+    engine's output goes to `log` when given (sm120's engine writes a log too)."""
     port = free_port()
     plan = resolve(replace(request, port=port))
     argv = render_argv(plan, python=python)
     env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
     env.pop("VLLM_PYTHON", None)
+    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     started = time.perf_counter()
     engine = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        argv, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -69,3 +73,5 @@ def bare_ready(python: str, request: PlanRequest, cache: Path, key: str) -> floa
     finally:
         os.killpg(engine.pid, signal.SIGTERM)
         engine.wait(timeout=60)
+        if not isinstance(sink, int):
+            sink.close()

@@ -165,9 +165,11 @@ def tiny_model(args: argparse.Namespace, work: Path) -> Path:
     return ensure_tiny_model(Path(args.vllm_python), work / "tiny", log)
 
 
-def bare_ready(args: argparse.Namespace, model: Path, cache: Path, key: str) -> float:
+def bare_ready(
+    args: argparse.Namespace, model: Path, cache: Path, key: str, log: Path | None = None
+) -> float:
     request = PlanRequest(recipe="tiny", variants=("gpu",), model_dir=str(model), sets=LAUNCH_SETS)
-    return bare_engine.bare_ready(args.vllm_python, request, cache, key)
+    return bare_engine.bare_ready(args.vllm_python, request, cache, key, log)
 
 
 # The bench compares prefill, so the prefix cache is off (benchmarks/bench_vs_vllm.py).
@@ -185,32 +187,79 @@ def launch_args(model: Path, port: int) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def sm120_ready(args: argparse.Namespace, model: Path, cache: Path, home: Path) -> float:
+def sm120_ready(
+    args: argparse.Namespace, model: Path, cache: Path, home: Path, log: Path | None = None
+) -> tuple[float, dict[str, float]]:
+    """Seconds from `sm120 launch` to its READY line (the banner's first line, printed once the
+    smoke test answered), and where the whole command's time went: before the engine was
+    spawned (CLI start, preflight, plan), spawn to exit (the engine, the wait, the smoke test,
+    the monitor's start and the banner), and the command's exit."""
     env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(cache)}
-    started = time.perf_counter()
-    result = run([sys.executable, "-m", "sm120", *launch_args(model, free_port())], env=env)
+    argv = [sys.executable, "-m", "sm120", *launch_args(model, free_port())]
+    began_epoch, started = time.time(), time.perf_counter()
+    launched = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    ready_at, stdout = None, []
+    assert launched.stdout is not None
+    for line in launched.stdout:
+        stdout.append(line)
+        if ready_at is None and line.startswith("READY"):
+            ready_at = time.perf_counter() - started
+    stderr = launched.stderr.read() if launched.stderr else ""
+    launched.wait()
     took = time.perf_counter() - started
+    split = _launch_split(home, "".join(stdout), began_epoch, took)
+    split["exit_s"] = round(took, 2)
+    if log is not None:
+        served = home / "deployments" / "tiny" / "logs" / "serve.log"
+        if served.exists():
+            log.write_bytes(served.read_bytes())
     run([sys.executable, "-m", "sm120", "stop"], env=env, timeout=300)
-    if result.returncode != 0:
-        raise RuntimeError(f"sm120 launch failed: {result.stderr[-1500:]}")
-    return took
+    if launched.returncode != 0 or ready_at is None:
+        raise RuntimeError(f"sm120 launch failed: {stderr[-1500:]}")
+    return ready_at, split
+
+
+def _launch_split(home: Path, banner: str, began_epoch: float, took: float) -> dict[str, float]:
+    state_file = home / "deployments" / "tiny" / "state.json"
+    try:
+        spawned = float(json.loads(state_file.read_text())["started_at"]) - began_epoch
+    except (OSError, ValueError, KeyError):
+        return {}
+    waited = re.search(r"waiting (\d+)s", banner)
+    split = {"before_spawn_s": round(spawned, 2), "spawn_to_exit_s": round(took - spawned, 2)}
+    if waited:
+        split["waiting_s"] = float(waited.group(1))
+    return split
 
 
 def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     model = tiny_model(args, work)
     cache = work / "vllm-cache"
-    log("priming the compile cache with one bare start")
-    first = bare_ready(args, model, cache, BENCH_KEY)
+    # Both sides start once before the pairs: each fills its own first-run caches (compile
+    # cache entry, bytecode, the page cache), so the pairs compare warm with warm.
+    logs = work / "launch-logs"
+    logs.mkdir(exist_ok=True)
+    log("priming: one bare start, then one sm120 start")
+    first = bare_ready(args, model, cache, BENCH_KEY, logs / "bare-0.log")
+    first_sm120, _ = sm120_ready(args, model, cache, work / "home-ready", logs / "sm120-0.log")
     ours: list[float] = []
     bare: list[float] = []
-    for pair in range(args.launch_pairs):
-        order = ("sm120", "bare") if pair % 2 == 0 else ("bare", "sm120")
+    splits: list[dict[str, float]] = []
+    for pair in range(1, args.launch_pairs + 1):
+        order = ("sm120", "bare") if pair % 2 else ("bare", "sm120")
         for which in order:
             if which == "sm120":
-                ours.append(sm120_ready(args, model, cache, work / "home-ready"))
+                home = work / "home-ready"
+                took, split = sm120_ready(args, model, cache, home, logs / f"sm120-{pair}.log")
+                ours.append(took)
+                splits.append(split)
             else:
-                bare.append(bare_ready(args, model, cache, BENCH_KEY))
-        log(f"pair {pair + 1}: sm120 {ours[-1]:.1f} s, bare {bare[-1]:.1f} s")
+                bare.append(bare_ready(args, model, cache, BENCH_KEY, logs / f"bare-{pair}.log"))
+        log(f"pair {pair}: sm120 {ours[-1]:.1f} s {splits[-1]}, bare {bare[-1]:.1f} s")
+    with tarfile.open(Path(args.out) / f"launch-logs-{args.label}.tgz", "w:gz") as archive:
+        archive.add(logs, arcname="launch-logs")
     ready, bare_s = statistics.median(ours), statistics.median(bare)
     found: dict[str, Any] = {
         "launch": {
@@ -220,7 +269,9 @@ def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "pairs": args.launch_pairs,
             "ready_samples_s": [round(x, 2) for x in ours],
             "bare_samples_s": [round(x, 2) for x in bare],
+            "sm120_split_s": splits,
             "cold_bare_ready_s": round(first, 2),
+            "first_sm120_ready_s": round(first_sm120, 2),
         }
     }
     # The deployment the bench measures: launched, chatted with, status read; left up.
@@ -491,7 +542,7 @@ def main() -> None:
     parser.add_argument(
         "--only", default="", help="planner: only these cases, e.g. glm52,glm47:fp8"
     )
-    parser.add_argument("--launch-pairs", type=int, default=2)
+    parser.add_argument("--launch-pairs", type=int, default=4)
     parser.add_argument("--bench-rounds", type=int, default=6)
     parser.add_argument("--bench-requests", type=int, default=16)
     parser.add_argument("--planner-timeout", type=float, default=420)

@@ -6,7 +6,10 @@
 #   serve    GPU 0      launch (sm120 vs bare vllm serve) and bench, then the planner at TP 4
 #                       (+ DCP 4) on all four GPUs once the planner job below is done
 #   planner  GPUs 2,3   facts, captures, doctor, the planner at TP 2, then DeepSeek-V4 at TP 1
-# `wait` waits for both and copies their results into $OUT.
+# On a two-GPU machine `start` runs one job instead, in order, so the launch pairs have the
+# machine to themselves: DeepSeek-V4's planner at TP 1 and the P2P tests, the planner at TP 2,
+# the launch pairs, then the gateway's sleep/wake test (each test's output in its own log).
+# `wait` waits for the jobs and copies their results into $OUT.
 set -u
 export VLLM_PYTHON=/tmp/py PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -14,8 +17,23 @@ work=/tmp/gpu-proof-jobs
 proof="/tmp/py benchmarks/gpu_proof.py --vllm-python /tmp/py --out $work"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 
+gpu_tests="/tmp/py -m pytest -m gpu -p no:cacheprovider -s -q"
+
 case "${1:-}" in
 start)
+  if [ "$gpus" -eq 2 ]; then
+    mkdir -p "$work"
+    touch "$work/planner.done"
+    setsid bash -c "
+      CUDA_VISIBLE_DEVICES=1 $proof --label planner-dsv4-tp1 --steps facts,captures,doctor,planner --tp 1 --only dsv4 &
+      $gpu_tests tests/test_p2p_gpu.py > $work/pytest-p2p.log 2>&1
+      wait
+      $proof --label planner-tp2 --steps planner --tp 2 --only dsv4
+      CUDA_VISIBLE_DEVICES=0 $proof --label serve --steps launch
+      $gpu_tests tests/test_gpu_gateway_sleep.py > $work/pytest-sleep.log 2>&1
+      touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+    exit 0
+  fi
   mkdir -p "$work"
   setsid bash -c "
     CUDA_VISIBLE_DEVICES=2,3 $proof --label planner-tp2 --steps facts,captures,doctor,planner --tp 2
@@ -42,6 +60,7 @@ wait)
   ;;
 esac
 grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
+tail -n 3 "$work"/pytest-*.log 2>/dev/null
 if [ -n "${OUT:-}" ]; then
   cp "$work"/gpu-proof-*.json "$OUT"/ 2>/dev/null
   tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
