@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120, state_of
-from tests.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
 
 pytestmark = pytest.mark.integration
 
