@@ -1,5 +1,5 @@
 """`sm120 download` against huggingface_hub's own `snapshot_download`, from one local Hub
-stand-in (tests/fake_hub.py) serving the same repo to both:
+stand-in (tests/fakes/hub.py) serving the same repo to both:
 
   fresh    wall time to fetch the whole repo into an empty folder (same file selection)
   resume   the first run dies mid-shard (connection cut, then a 503 on the retry); bytes the

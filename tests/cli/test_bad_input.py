@@ -25,9 +25,8 @@ from typer.testing import CliRunner
 from sm120.cli.app import app
 from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
 from sm120.state import DeploymentState, save_state
-from tests.conftest import REPO, invoke
 from tests.fakes.loopback_server import LoopbackServer
-from tests.helpers import one_line_error
+from tests.helpers import REPO, invoke, one_line_error
 
 # --- every numeric option of the CLI ---------------------------------------------------------
 

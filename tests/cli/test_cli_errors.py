@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import REPO, invoke, one_line_error
 
 
 def test_unknown_recipe(cli: CliRunner) -> None:
@@ -51,7 +50,7 @@ def test_validate_malformed_recipes(
 
 
 def test_validate_unknown_nested_key(cli: CliRunner, tmp_path: Path) -> None:
-    source = (Path(__file__).parent.parent.parent / "recipes" / "tiny.yaml").read_text()
+    source = (REPO / "recipes" / "tiny.yaml").read_text()
     path = write(tmp_path / "tiny.yaml", source.replace("served_name:", "servedname:"))
     code, _, err = invoke(cli, "validate", str(path))
     assert code == 2
@@ -59,7 +58,7 @@ def test_validate_unknown_nested_key(cli: CliRunner, tmp_path: Path) -> None:
 
 
 def test_validate_unknown_flag_in_recipe(cli: CliRunner, tmp_path: Path) -> None:
-    source = (Path(__file__).parent.parent.parent / "recipes" / "tiny.yaml").read_text()
+    source = (REPO / "recipes" / "tiny.yaml").read_text()
     path = write(tmp_path / "tiny.yaml", source.replace("max-num-seqs:", "max-num-seq:"))
     code, _, err = invoke(cli, "validate", str(path))
     assert code == 2
@@ -67,7 +66,7 @@ def test_validate_unknown_flag_in_recipe(cli: CliRunner, tmp_path: Path) -> None
 
 
 def test_validate_why_note_for_nothing(cli: CliRunner, tmp_path: Path) -> None:
-    source = (Path(__file__).parent.parent.parent / "recipes" / "tiny.yaml").read_text()
+    source = (REPO / "recipes" / "tiny.yaml").read_text()
     path = write(tmp_path / "tiny.yaml", source.replace('  dtype: "the CPU', '  dtyp: "the CPU'))
     code, _, err = invoke(cli, "validate", str(path))
     assert code == 2

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sm120.docs import commands_markdown, readme_with_table
-
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.helpers import REPO
 
 
 def test_readme_troubleshooting_is_generated_from_the_catalogue() -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from typer.testing import CliRunner
 
-from tests.conftest import invoke
+from tests.helpers import GOLDEN_DIR, invoke
 
-SNAPSHOT = Path(__file__).parent.parent / "golden" / "help.txt"
+SNAPSHOT = GOLDEN_DIR / "help.txt"
 
 
 def test_help_snapshot(cli: CliRunner, request: object, monkeypatch: object) -> None:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from sm120 import docker_api
 from sm120.cli.present import home_relative
 from sm120.cli.serving import next_commands
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 
 @pytest.mark.parametrize("target", ["vllm/vllm-openai:v0.32.0", "sha256:0123abcd", "repo/x"])

@@ -3,7 +3,7 @@ keys kept out of every printed and written text, each refusal with its exact lin
 real docker-compose binary accepting what is written.
 
 Refresh the goldens after an intended change with:
-    pytest tests/test_compose_project.py --update-golden
+    pytest tests/compose/test_compose_project.py --update-golden
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import GOLDEN_DIR, invoke, one_line_error
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "compose"
+GOLDEN = GOLDEN_DIR / "compose"
 # A fixed home keeps the generated tiny model's path stable across machines.
 HOME = "/home/user/.local/state/sm120"
 PROJECTS = {

@@ -14,7 +14,7 @@ from sm120.errors import SM120Error
 from sm120.lifecycle.ports import AddressUnusable, PortInUse, ensure_port_free
 from sm120.lifecycle.secrets import ensure_api_key, read_api_key
 from sm120.net import check_host, client_url, exposure_warning, http_url
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 HINT = "(hint: use 127.0.0.1 (this machine only, the default) or 0.0.0.0 (every interface))"
 

@@ -1,5 +1,5 @@
 """`sm120 launch` through the real native runtime with a stand-in engine that prints a real
-fatal start-up and hangs (tests/standin_engine.py): the launch ends in seconds, not after the
+fatal start-up and hangs (tests/fakes/standin_engine.py): the launch ends in seconds, not after the
 ready timeout, names the failure in one line, exits 2 and leaves nothing running."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from sm120.cli.serving import GateRequest, run_launch_gate
 from sm120.measure.target import save_plan
 from sm120.state import DeploymentState, load_state, save_state
-from tests.conftest import invoke
 from tests.fakes.scripted_server import Answer, ScriptedServer
+from tests.helpers import invoke
 
 KEY = "sk-gate-secret"
 

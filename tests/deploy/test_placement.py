@@ -22,9 +22,8 @@ from sm120.plan import PlanRequest, resolve
 from sm120.runtime.base import LaunchSpec
 from sm120.runtime.processes import start_ticks
 from sm120.state import DeploymentState, save_state
-from tests.conftest import invoke
 from tests.doctor.test_doctor_checks import rtx
-from tests.helpers import one_line_error
+from tests.helpers import invoke, one_line_error
 
 GPU_TINY = ("launch", "tiny", "-V", "gpu", "--arch", "sm_90")
 HINT = (

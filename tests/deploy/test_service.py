@@ -2,7 +2,7 @@
 temporary XDG_CONFIG_HOME, and every refusal with its exact message.
 
 Refresh the golden units after an intended change with:
-pytest tests/test_service.py --update-golden
+pytest tests/deploy/test_service.py --update-golden
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from sm120.lifecycle.service import (
     render_unit,
     systemd_quote,
 )
-from tests.conftest import invoke
+from tests.helpers import GOLDEN_DIR, invoke
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "service"
+GOLDEN = GOLDEN_DIR / "service"
 NATIVE = ServiceRequest(
     deployment="tiny",
     recipe="tiny",

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from sm120.runtime.native import NativeRuntime
 from sm120.runtime.processes import start_ticks
 from sm120.state import deployment_dir, deployment_lock, load_state
-from tests.conftest import invoke
 from tests.engine.test_runtime_native import processes_in_group, spec_for, wait_for
+from tests.helpers import invoke
 
 ORPHAN_LEFT_BEHIND = """
 import subprocess, sys

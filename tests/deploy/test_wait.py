@@ -7,15 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sm120.lifecycle.wait import SETTLE_MAX_S, StartupFailed, wait_until_ready
 from sm120.phases import Phase
-
-DATA = Path(__file__).parent.parent / "data"
+from tests.helpers import DATA_DIR
 
 
 class Engine:
@@ -68,7 +66,7 @@ def wait(engine: Engine, timeout_s: float = 60.0, **extra: Any) -> Any:
     )
 
 
-CPU_START = (DATA / "vllm_logs" / "v0.32.0_cpu_tiny_live.log").read_text().splitlines()
+CPU_START = (DATA_DIR / "vllm_logs" / "v0.32.0_cpu_tiny_live.log").read_text().splitlines()
 # Where the real CPU start above compiles: the lines up to "Warming up model ...".
 UP_TO_COMPILE = CPU_START[: next(i for i, x in enumerate(CPU_START) if "Warming up model" in x) + 1]
 CPP_COMPILE_DEATH = [
@@ -97,7 +95,7 @@ def test_a_lost_start_ends_the_wait_in_seconds_with_the_engine_error_and_phase()
 
 
 def test_a_fatal_catalogue_failure_is_named_with_its_fix() -> None:
-    kv_too_small = (DATA / "vllm_logs" / "v0.11_cpu_kv_too_small.log").read_text().splitlines()
+    kv_too_small = (DATA_DIR / "vllm_logs" / "v0.11_cpu_kv_too_small.log").read_text().splitlines()
     lines = [*UP_TO_COMPILE, *kv_too_small]
     with pytest.raises(StartupFailed) as failed:
         wait(Engine(lines))

@@ -21,9 +21,10 @@ from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import RunResult
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot, Topology
 from sm120.plan import PlanRequest, resolve
+from tests.helpers import DATA_DIR
 
-CORPUS = Path(__file__).parent.parent / "data" / "nvidia_smi"
-DOCKER = Path(__file__).parent.parent / "data" / "docker"
+CORPUS = DATA_DIR / "nvidia_smi"
+DOCKER = DATA_DIR / "docker"
 Usage = namedtuple("Usage", "total used free")
 GB = 10**9
 GIB = 1024**3

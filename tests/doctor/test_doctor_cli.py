@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import invoke
+from tests.helpers import DATA_DIR, invoke
 from tests.integration.realstack import free_port
 
-CORPUS = Path(__file__).parent.parent / "data" / "nvidia_smi"
+CORPUS = DATA_DIR / "nvidia_smi"
 NO_DRIVER = shutil.which("nvidia-smi") is None
 needs_no_driver = pytest.mark.skipif(not NO_DRIVER, reason="checks the GPU-less path")
 

@@ -13,8 +13,9 @@ from sm120.doctor.nvsmi_parse import parse_banner, parse_query_csv, parse_table
 from sm120.doctor.snapshot import Snapshot
 from sm120.doctor.topology import interconnect
 from sm120.hardware import hardware_from_csv
+from tests.helpers import DATA_DIR
 
-CORPUS = Path(__file__).parent.parent / "data" / "nvidia_smi"
+CORPUS = DATA_DIR / "nvidia_smi"
 
 
 def captured(name: str) -> Snapshot:
@@ -321,7 +322,7 @@ def test_sm120s_own_detect_query_goes_through_the_same_parser() -> None:
     assert hardware_from_csv("") is None
 
 
-CONSTRUCTED = Path(__file__).parent.parent / "data" / "nvidia_smi_constructed"
+CONSTRUCTED = DATA_DIR / "nvidia_smi_constructed"
 
 
 def constructed(name: str) -> Snapshot:

@@ -22,10 +22,11 @@ from sm120.doctor.run import Machine
 from sm120.doctor.runner import RunResult, run_command
 from sm120.gpu_readings import load_nvml
 from sm120.plan import PlanRequest, resolve
+from tests.helpers import DATA_DIR
 from tests.integration.realstack import free_port
 
-CORPUS = Path(__file__).parent.parent / "data" / "nvidia_smi"
-DOCKER = Path(__file__).parent.parent / "data" / "docker"
+CORPUS = DATA_DIR / "nvidia_smi"
+DOCKER = DATA_DIR / "docker"
 Usage = namedtuple("Usage", "total used free")
 
 # A 2x RTX PRO 6000 Max-Q box in the formats nvidia-smi prints (the CSV answers are written

@@ -20,8 +20,7 @@ from sm120.doctor.snapshot import Topology
 from sm120.lifecycle import launcher
 from sm120.lifecycle.launcher import LaunchOptions, p2p_gate, start_spec
 from sm120.plan import PlanRequest, resolve
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import invoke, one_line_error
 
 PCIE = Topology(devices=["GPU0", "GPU1"], links={"GPU0-GPU1": "PHB"})
 NVLINK = Topology(devices=["GPU0", "GPU1"], links={"GPU0-GPU1": "NV18"})

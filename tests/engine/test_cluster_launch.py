@@ -1,5 +1,5 @@
 """`sm120 launch --nodes` end to end with two stand-ins: ssh runs the remote command here and a
-fake engine replaces vLLM (tests/cluster_fakes.py). Everything else is the real thing: the CLI,
+fake engine replaces vLLM (tests/fakes/cluster.py). Everything else is the real thing: the CLI,
 preflight, the node agent, start order, the log aggregator, READY, chat, status, stop, and the
 cleanup of every node when a start fails. The real engine across two hosts is
 tests/integration/test_multinode_netns.py."""

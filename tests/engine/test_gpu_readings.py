@@ -20,9 +20,10 @@ from sm120.gpu_readings import (
     default_source,
     parse_activity_csv,
 )
+from tests.helpers import DATA_DIR
 
-CAPTURES = Path(__file__).parent.parent / "data" / "nvidia_smi"
-CONSTRUCTED = Path(__file__).parent.parent / "data" / "nvidia_smi_constructed"
+CAPTURES = DATA_DIR / "nvidia_smi"
+CONSTRUCTED = DATA_DIR / "nvidia_smi_constructed"
 
 
 def test_a_capture_with_units_and_no_index_column() -> None:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sm120.cluster.hosts import parse_nodes
 from sm120.errors import PlanError
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 PAIR = "root@10.0.0.1,root@10.0.0.2"
 

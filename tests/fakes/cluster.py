@@ -1,7 +1,7 @@
 """Stand-ins for the two things multi-node unit tests cannot have: a remote host and a real
 vLLM rank. `ssh` becomes a script that runs the remote command right here (the agent, the
 quoting and the processes are all real), and the engine's Python runs the agent for real but
-tests/cluster_fake_engine.py in place of vLLM."""
+tests/fakes/cluster_fake_engine.py in place of vLLM."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent.parent
+# Run by the engine-python stand-in as a script, in place of vLLM.
+FAKE_ENGINE = Path(__file__).resolve().parent / "cluster_fake_engine.py"
 FAKE_SSH = """#!/bin/bash
 # ssh stand-in: drops the options, "connects" to HOST by running the command here.
 while [ $# -gt 0 ]; do
@@ -69,11 +70,7 @@ def make_fake_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeCl
     ssh = bin_dir / "ssh"
     ssh.write_text(FAKE_SSH)
     python = bin_dir / "engine-python"
-    python.write_text(
-        FAKE_PYTHON.format(
-            python=sys.executable, engine=REPO / "tests" / "fakes" / "cluster_fake_engine.py"
-        )
-    )
+    python.write_text(FAKE_PYTHON.format(python=sys.executable, engine=FAKE_ENGINE))
     for script in (ssh, python):
         script.chmod(0o755)
     down = tmp_path / "down"

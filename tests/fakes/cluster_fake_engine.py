@@ -1,7 +1,7 @@
 """Stands in for a vLLM rank in the multi-node tests that do not run the real engine.
 
-Run as `python tests/cluster_fake_engine.py <the engine argv after the interpreter>`. The head
-(no --headless) serves tests/fake_openai_server.py on --host/--port; a headless worker prints
+Run as `python tests/fakes/cluster_fake_engine.py <the engine argv after the interpreter>`. The head
+(no --headless) serves tests/fakes/openai_server.py on --host/--port; a headless worker prints
 and waits; `ray start` registers itself in FAKE_RAY_DIR. FAKE_ENGINE in the environment picks a
 misbehaviour: head-exits, head-hangs, head-core-dies, ray-worker-lost.
 The real engine across two hosts is tests/integration/test_multinode_netns.py.

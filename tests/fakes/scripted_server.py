@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible server for gate and bench tests (stdlib only, in a thread).
 
-Where tests/fake_openai_server.py replays a queue of replies for client tests, this one
+Where tests/fakes/openai_server.py replays a queue of replies for client tests, this one
 answers by rule, like a model that knows the answers: the first rule whose regex matches the
 last user message decides the reply (content, reasoning, tool calls), on both
 /v1/chat/completions and /v1/messages, always streamed. It also speaks the parts of vLLM the

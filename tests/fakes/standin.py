@@ -1,5 +1,5 @@
 """A stand-in engine for `sm120 launch` (native runtime): an "engine Python" that runs
-tests/standin_engine.py in place of vLLM's API server.
+tests/fakes/standin_engine.py in place of vLLM's API server.
 
 The launcher's preflight asks that Python which vLLM and torch it has (sm120/doctor's probe
 runs for real); a site folder with their package metadata answers it, nothing more.
@@ -11,10 +11,11 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
-STANDIN = REPO / "tests" / "fakes" / "standin_engine.py"
-FATAL_STARTUPS = REPO / "tests" / "data" / "fatal_startups"
-VLLM_LOGS = REPO / "tests" / "data" / "vllm_logs"
+from tests.helpers import DATA_DIR
+
+STANDIN = Path(__file__).resolve().parent / "standin_engine.py"
+FATAL_STARTUPS = DATA_DIR / "fatal_startups"
+VLLM_LOGS = DATA_DIR / "vllm_logs"
 
 ENGINE_PYTHON = """#!/bin/bash
 # The engine's Python stand-in: the launcher's own scripts (-c, -I) run on the real interpreter

@@ -1,12 +1,12 @@
 """Stands in for an engine whose core dies during start-up while its API process lives on.
 
-Run as `python tests/standin_engine.py <the engine argv after the interpreter>`: the tests wrap
-it as the engine's Python (native runtime) or install it as vLLM's API server module (a
+Run as `python tests/fakes/standin_engine.py <the engine argv after the interpreter>`: the tests
+wrap it as the engine's Python (native runtime) or install it as vLLM's API server module (a
 container). It starts one child, as vLLM starts its engine core, then prints the log lines of
 the file STANDIN_LOG names (tests/data/fatal_startups/; IMAGE_LOG when unset), STANDIN_DELAY
-seconds apart, and hangs like vLLM's API process waiting on a dead core, until it is
-signalled. The child hangs too, so a test sees whether stopping the engine ends everything it
-started. Standard library only: the container image has nothing else.
+seconds apart, and hangs like vLLM's API process waiting on a dead core, until it is signalled.
+The child hangs too, so a test sees whether stopping the engine ends everything it started.
+Standard library only: the container image has nothing else.
 """
 
 from __future__ import annotations

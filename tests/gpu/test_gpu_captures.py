@@ -15,20 +15,18 @@ from typer.testing import CliRunner
 from sm120.monitor.events import KvCache, Ready, Stats
 from sm120.monitor.logparse import parse_text
 from sm120.monitor.metrics import parse_metrics
-from tests.conftest import invoke
+from tests.helpers import DATA_DIR, REPO, invoke
 
-DATA = Path(__file__).parent.parent / "data"
-REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import gpu_proof  # noqa: E402
+import gpu_proof
 
-PLANNER_LOGS = sorted((DATA / "gpu_proof").glob("planner-*-dcp[0-9].log"))
+PLANNER_LOGS = sorted((DATA_DIR / "gpu_proof").glob("planner-*-dcp[0-9].log"))
 LABEL = re.compile(r"planner-(?P<recipe>\w+)-(?P<kv>\w+)-tp(?P<tp>\d)-dcp(?P<dcp>\d)\.log")
 
 
 def test_doctor_reads_the_four_h200s_and_their_nvlink(cli: CliRunner) -> None:
-    code, out, _ = invoke(cli, "doctor", "--from", str(DATA / "nvidia_smi" / "h200_4x_580"))
+    code, out, _ = invoke(cli, "doctor", "--from", str(DATA_DIR / "nvidia_smi" / "h200_4x_580"))
     assert code == 0
     assert "NVIDIA driver 580.159.04, CUDA 13.0 (4 GPU(s)" in out
     for index in range(4):
@@ -40,7 +38,7 @@ def test_doctor_reads_the_four_h200s_and_their_nvlink(cli: CliRunner) -> None:
 
 
 def test_log_parser_follows_a_real_cuda_start_to_ready_and_its_stats() -> None:
-    events = parse_text((DATA / "gpu_proof" / "engine-v0.26.0-h200-tiny-gpu.log").read_text())
+    events = parse_text((DATA_DIR / "gpu_proof" / "engine-v0.26.0-h200-tiny-gpu.log").read_text())
     kv = [e for e in events if isinstance(e, KvCache)]
     assert [(e.tokens, e.device) for e in kv] == [(4194304, "GPU")]
     assert any(isinstance(e, Ready) for e in events)
@@ -49,7 +47,7 @@ def test_log_parser_follows_a_real_cuda_start_to_ready_and_its_stats() -> None:
 
 
 def test_metrics_reader_takes_vllm_026s_page() -> None:
-    snapshot = parse_metrics((DATA / "monitor" / "vllm-0.26.0-h200-metrics.txt").read_text())
+    snapshot = parse_metrics((DATA_DIR / "monitor" / "vllm-0.26.0-h200-metrics.txt").read_text())
     assert snapshot.counter("prompt_tokens") and snapshot.counter("prompt_tokens") > 100_000
     assert snapshot.counter("generation_tokens") and snapshot.counter("generation_tokens") > 0
     assert snapshot.kv_usage is not None and 0.0 <= snapshot.kv_usage <= 1.0

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO
 from tests.integration.realstack import engine_processes, free_port, sm120, state_of
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 

@@ -1,4 +1,4 @@
-"""The GPU proof runner's bookkeeping (the GPU runs themselves: tests/test_gpu_cuda.py and
+"""The GPU proof runner's bookkeeping (the GPU runs themselves: tests/gpu/test_gpu_cuda.py and
 benchmarks/results/gpu-proof.json), and the committed results' shape."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.helpers import REPO
+
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import gpu_proof  # noqa: E402
-from reduced_models import CONFIGS, write_reduced  # noqa: E402
+import gpu_proof
+from reduced_models import CONFIGS, write_reduced
 
 RESULTS = REPO / "benchmarks" / "results" / "gpu-proof.json"
 

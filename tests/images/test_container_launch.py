@@ -14,8 +14,9 @@ from sm120.images.manifest import make_manifest
 from sm120.plan import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.helpers import REPO
 
-LAUNCH = Path(__file__).resolve().parent.parent.parent / "launch"
+LAUNCH = REPO / "launch"
 
 
 def _manifest(recipe: str, variants: tuple[str, ...] = ()) -> dict[str, object]:

@@ -24,7 +24,7 @@ from sm120.images.verify import cuda_problem, lock_problems
 from sm120.plan import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import cache_volumes
-from tests.conftest import REPO, invoke
+from tests.helpers import REPO, invoke
 
 GPU_CONTEXTS = ("glm47", "glm52", "dsv4", "dsv4-sglang")
 GOLDEN = REPO / "tests" / "golden" / "images"
@@ -205,7 +205,7 @@ def test_check_names_the_missing_lock_and_fails(cli: CliRunner) -> None:
 
 def test_toolkit_lock_takes_a_hub_vllm_0_15_transformers_cannot_share() -> None:
     """The bug the separate venv fixes: vLLM 0.15.1's transformers 4.57 needs huggingface_hub
-    < 1.0, the toolkit's lock takes 1.x or newer (tests/test_image_locks.py resolves the two
+    < 1.0, the toolkit's lock takes 1.x or newer (tests/images/test_image_locks.py resolves the two
     together and finds the conflict)."""
     toolkit = parse_lock((REPO / "images/toolkit/py3.12.lock").read_text()).pins
     assert int(toolkit["huggingface-hub"].split(".")[0]) >= 1

@@ -13,7 +13,7 @@ import pytest
 from sm120.images.facts import ENGINE_LOCK, load_facts, toolkit_lock_name
 from sm120.images.lockfile import canonical
 from sm120.images.locking import TOOLKIT_PLATFORM, resolve_conflicts
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.network
 

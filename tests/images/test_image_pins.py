@@ -25,8 +25,8 @@ from sm120.images.pins import (
 )
 from sm120.plan import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe_file
-from tests.conftest import REPO, invoke
 from tests.fakes.loopback_server import LoopbackServer
+from tests.helpers import REPO, invoke
 
 DIGEST = "sha256:" + "5e" * 32
 TOKEN = "pull-token"

@@ -21,7 +21,7 @@ from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import render_compose_file
 from sm120.render.container import ContainerPlacement, render_container
 from sm120.runtime.docker_logs import exit_record
-from tests.conftest import REPO, invoke
+from tests.helpers import REPO, invoke
 
 COMPOSE_SPEC = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
 TORCH_WHEEL_GLOB = "torch-*.whl"

@@ -15,9 +15,8 @@ from typer.testing import CliRunner
 
 from sm120.images import updates
 from sm120.images.updates import newer_tags
-from tests.conftest import invoke
 from tests.fakes.loopback_server import LoopbackServer
-from tests.helpers import one_line_error
+from tests.helpers import invoke, one_line_error
 
 TOKEN = "pull-token"
 GLM52_TAG = (

@@ -1,5 +1,5 @@
 """`sm120 launch --runtime docker` against a real dockerd, with a container whose engine prints
-a real fatal start-up and hangs (tests/standin_engine.py installed as vLLM's API server): the
+a real fatal start-up and hangs (tests/fakes/standin_engine.py installed as vLLM's API server): the
 launch ends in seconds, names the failure, exits 2 and leaves no container behind."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from sm120.cli.app import app
 from sm120.state import DeploymentState, deployment_dir, save_state
-from tests.conftest import invoke
+from tests.helpers import DATA_DIR, invoke
 
-CORPUS = Path(__file__).parent.parent / "data" / "vllm_logs"
+CORPUS = DATA_DIR / "vllm_logs"
 STARTUP = CORPUS / "v0.11.0rc2_compose_rocm_startup.log"
 
 

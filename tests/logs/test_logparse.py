@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sm120.monitor.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
 from sm120.monitor.logparse import LogParser, clean_line, parse_lines, parse_text
+from tests.helpers import DATA_DIR
 from tests.logs.test_failures import REAL_LINES
 
-CORPUS = Path(__file__).parent.parent / "data" / "vllm_logs"
+CORPUS = DATA_DIR / "vllm_logs"
 
 
 def stats(**fields: Any) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from sm120.monitor.fatal import (
     shipped_signatures,
     watch_lines,
 )
+from tests.helpers import DATA_DIR
 from tests.logs.test_failures import HEALTHY_NOISE, PREFIXES, REAL_LINES
 
-DATA = Path(__file__).parent.parent / "data"
-VLLM_LOGS = DATA / "vllm_logs"
-FATAL_STARTUPS = DATA / "fatal_startups"
+VLLM_LOGS = DATA_DIR / "vllm_logs"
+FATAL_STARTUPS = DATA_DIR / "fatal_startups"
 
 # Captured logs in which an engine dies: the failure each one must be named by, and the line
 # that shows the start is lost. Every other capture is a healthy engine and must not trip.

@@ -34,10 +34,9 @@ from sm120.measure.vllm_bench import (
     serve_args,
 )
 from sm120.state import DeploymentState, save_state
-from tests.conftest import invoke
 from tests.fakes.scripted_server import ScriptedServer
+from tests.helpers import DATA_DIR, invoke
 
-DATA = Path(__file__).parent.parent / "data"
 KEY = "sk-bench-secret"
 
 
@@ -420,7 +419,7 @@ def test_the_shim_pauses_before_each_run(tmp_path: Path) -> None:
 
 
 def test_spec_figures_from_a_real_vllm_metrics_page() -> None:
-    page = (DATA / "metrics_ngram_spec.txt").read_text()
+    page = (DATA_DIR / "metrics_ngram_spec.txt").read_text()
     counters = metrics.parse_counters(page)
     figures = metrics.spec_decode(metrics.difference({}, counters))
     assert figures is not None
@@ -467,7 +466,7 @@ def test_serve_args_and_command_never_carry_the_key() -> None:
 
 
 def test_parse_a_real_save_result_document() -> None:
-    document = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    document = json.loads((DATA_DIR / "vllm_bench_serve_result.json").read_text())
     figures = parse_serve_result(document)
     assert (figures.completed, figures.failed, figures.output_tokens) == (2, 0, 256)
     assert figures.decode_tps == pytest.approx(1000 / 4.160032641731788)
@@ -479,7 +478,7 @@ def test_parse_a_real_save_result_document() -> None:
 def test_bursts_in_a_real_detailed_save_result_document() -> None:
     # a real `vllm bench serve --save-detailed` run on the tiny CPU server: 3 of its 8 decode
     # streams arrived whole after ~0.22 s (TTFT == latency), which vLLM counts as ~0 TPOT
-    document = json.loads((DATA / "vllm_bench_serve_detailed.json").read_text())
+    document = json.loads((DATA_DIR / "vllm_bench_serve_detailed.json").read_text())
     figures = parse_serve_result(document)
     assert figures.completed == 8 and figures.bursty == 3
     assert figures.decode_tps == pytest.approx(1000 / document["mean_tpot_ms"])
@@ -498,7 +497,7 @@ def test_bursts_in_a_real_detailed_save_result_document() -> None:
 
 
 def test_per_request_ttfts_of_a_detailed_document_in_the_order_sent() -> None:
-    document = json.loads((DATA / "vllm_bench_serve_detailed.json").read_text())
+    document = json.loads((DATA_DIR / "vllm_bench_serve_detailed.json").read_text())
     figures = parse_serve_result(document)
     assert figures.ttfts_ms == tuple(round(t * 1000, 3) for t in document["ttfts"])
     failed = {**document, "errors": ["", "boom", *document["errors"][2:]]}
@@ -506,7 +505,7 @@ def test_per_request_ttfts_of_a_detailed_document_in_the_order_sent() -> None:
 
 
 def test_a_summary_only_document_has_no_burst_figures() -> None:
-    document = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    document = json.loads((DATA_DIR / "vllm_bench_serve_result.json").read_text())
     figures = parse_serve_result(document)
     assert (figures.bursty, figures.smooth_tpot_ms, figures.ttfts_ms) == (0, None, ())
     assert figures.smooth_decode_tps == figures.decode_tps

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from sm120.measure import lmeval
 from sm120.measure.target import Target, run_with_api_key
-from tests.conftest import invoke
 from tests.fakes.scripted_server import ScriptedServer
+from tests.helpers import invoke
 
 KEY = "sk-eval-secret"
 

@@ -16,8 +16,8 @@ from sm120.measure.gates import GateOptions, document_budget, run_cases
 from sm120.measure.judge import judge
 from sm120.measure.target import target_for_url
 from sm120.measure.wire import Exchange, ToolCall
-from tests.conftest import invoke
 from tests.fakes.scripted_server import Answer, ScriptedServer, ScriptedTool
+from tests.helpers import invoke
 
 THINK = "Let me work through this carefully."
 WEATHER = ScriptedTool("get_weather", {"city": "Paris", "unit": "celsius"})

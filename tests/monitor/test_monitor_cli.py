@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from sm120.monitor.files import MonitorFiles, MonitorSettings
 from sm120.monitor.peaks import JsonlRing, write_json_atomically
 from sm120.state import DeploymentState, save_state
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 
 def deployment(home: Path, name: str = "tiny") -> MonitorFiles:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sm120.monitor.metrics import (
@@ -14,8 +12,9 @@ from sm120.monitor.metrics import (
     progress_counters,
     rates_between,
 )
+from tests.helpers import DATA_DIR
 
-DATA = Path(__file__).parent.parent / "data" / "monitor"
+DATA = DATA_DIR / "monitor"
 
 
 def test_real_vllm_page_parses() -> None:

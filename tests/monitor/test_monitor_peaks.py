@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from sm120.monitor.peaks import JsonlRing, PeakTracker, load_peaks
-
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.helpers import REPO
 
 
 def test_peaks_only_rise_and_are_written_when_they_do(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from sm120.lifecycle.monitoring import prepare_monitor, prepare_watch_only, sett
 from sm120.monitor.files import load_launch_spec, load_settings
 from sm120.plan import PlanRequest, resolve
 from sm120.runtime.base import LaunchSpec
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 
 def test_a_bad_monitor_value_fails_in_one_line(cli: CliRunner) -> None:

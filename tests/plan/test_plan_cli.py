@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 
 from sm120.planner.memory import evaluate
 from sm120.planner.recommend import nvfp4_flag
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import invoke, one_line_error
 
 REQUIRED = (
     "kv_bytes_per_token_per_rank",

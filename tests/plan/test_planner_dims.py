@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from sm120.errors import PlanError
 from sm120.planner.dims import load_dims
 from sm120.recipe.loader import load_recipe
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 # The public GLM-4.7 config.json fields the planner reads (3P transcriptions, vllm_facts 2.2).
 GLM47_CONFIG = {

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import invoke
+from tests.helpers import invoke
 
 
 def plan_json(cli: CliRunner, *args: str, expect: int = 0) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from sm120.dotenv import read_dotenv
 from sm120.errors import PlanError
 from sm120.render.argv import render_argv
-from tests.helpers import flag_value, plan_for
+from tests.helpers import REPO, flag_value, plan_for
 
 
 def max_len(variants: tuple[str, ...] = (), **kwargs: object) -> tuple[str | None, str]:
@@ -71,7 +71,7 @@ def test_thinking_off_is_a_no_op_where_thinking_is_already_off() -> None:
 def test_thinking_toggle_on_a_recipe_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = (Path(__file__).parent.parent.parent / "recipes" / "tiny.yaml").read_text()
+    source = (REPO / "recipes" / "tiny.yaml").read_text()
     (tmp_path / "tiny.yaml").write_text(source.replace("thinking: false", "thinking: true"))
     monkeypatch.setenv("SM120_RECIPES_DIR", str(tmp_path))
     with pytest.raises(PlanError, match="recipe 'tiny' has no thinking-off variant"):

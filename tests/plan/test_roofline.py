@@ -16,10 +16,9 @@ from typer.testing import CliRunner
 from sm120.errors import PlanError
 from sm120.plan import PlanRequest, resolve
 from sm120.planner.roofline import decode_roofline, gpu_bandwidth
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import REPO, invoke, one_line_error
 
-RECIPES = Path(__file__).parent.parent.parent / "recipes"
+RECIPES = REPO / "recipes"
 
 GIB = 2**30
 RTX_PRO_6000 = 1792e9  # bytes/s per GPU (512-bit GDDR7 at 28 Gbps)

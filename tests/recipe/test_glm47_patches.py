@@ -1,6 +1,6 @@
 """The glm47 patch stack against the real vLLM 0.15.1 source (seed 000; F04, F05, F06).
 
-The source comes from the released wheel, fetched once per machine (tests/vllm_source.py), so
+The source comes from the released wheel, fetched once per machine (tests/recipe/vllm_source.py), so
 these tests are `integration`: the first run needs the network. Each behaviour test runs the
 same code from the pristine tree too and shows the bug is there without the patch.
 """
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from sm120.patches import PatchInfo, read_series
+from tests.helpers import REPO
 from tests.recipe.vllm_source import (
     class_method,
     compile_function,
@@ -35,7 +36,6 @@ from tests.recipe.vllm_source import (
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent.parent
 CONTEXT = REPO / "images/glm47"
 PATCH_DIR = CONTEXT / "patches"
 SCRIPT = CONTEXT / "apply-patches.sh"

@@ -23,8 +23,8 @@ from sm120.patches import (
     read_stack,
 )
 from sm120.recipe.loader import load_recipe
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent.parent
 GLM47 = REPO / "images/glm47"
 SCRIPT = GLM47 / "apply-patches.sh"
 

@@ -15,8 +15,7 @@ from sm120.monitor.files import load_settings
 from sm120.plan import PlanRequest, resolve
 from sm120.recipe.restart import RestartPolicy, is_failure, parse_restart_policy
 from sm120.render.container import docker_restart_policy
-from tests.conftest import invoke
-from tests.helpers import one_line_error
+from tests.helpers import invoke, one_line_error
 
 WORDS_HINT = (
     "(hint: use no, on-failure, or on-failure:N for at most N restarts per window, N from 1 to 100)"

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from sm120.recipe.export import schema_text
+from tests.helpers import REPO
 
-RECIPES = Path(__file__).resolve().parent.parent.parent / "recipes"
+RECIPES = REPO / "recipes"
 
 
 def test_committed_schema_is_current() -> None:

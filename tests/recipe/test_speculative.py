@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +17,9 @@ from sm120.plan import PlanRequest, resolve
 from sm120.recipe.loader import recipe_from_data
 from sm120.recipe.schema import Speculative
 from sm120.render.argv import render_argv
-from tests.conftest import invoke
-from tests.helpers import flag_value, one_line_error
+from tests.helpers import REPO, flag_value, invoke, one_line_error
 
-RECIPES = Path(__file__).parent.parent.parent / "recipes"
+RECIPES = REPO / "recipes"
 
 
 def recipe_data(name: str) -> dict[str, Any]:

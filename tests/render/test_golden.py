@@ -1,12 +1,11 @@
 """Golden renderings (argv, environment, compose service) for every recipe and main variant.
 
-Refresh after an intended change with: pytest tests/test_golden.py --update-golden
+Refresh after an intended change with: pytest tests/render/test_golden.py --update-golden
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,8 @@ from sm120.plan import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.compose import render_compose_service
 from sm120.render.environment import render_env
+from tests.helpers import GOLDEN_DIR
 
-GOLDEN = Path(__file__).parent.parent / "golden"
 CASES = [
     ("glm47", ()),
     ("glm52", ()),
@@ -52,10 +51,10 @@ def test_golden(
 ) -> None:
     # A fixed home keeps the generated tiny model's path stable across machines.
     monkeypatch.setenv("SM120_HOME", "/home/user/.local/state/sm120")
-    path = GOLDEN / f"{'--'.join((recipe, *variants))}.json"
+    path = GOLDEN_DIR / f"{'--'.join((recipe, *variants))}.json"
     actual = json.dumps(rendering(recipe, variants), indent=2, sort_keys=True) + "\n"
     if request.config.getoption("--update-golden"):
-        GOLDEN.mkdir(exist_ok=True)
+        GOLDEN_DIR.mkdir(exist_ok=True)
         path.write_text(actual)
     assert path.is_file(), f"missing {path.name}: run pytest --update-golden"
     assert actual == path.read_text(), f"{path.name} changed: review, then --update-golden"

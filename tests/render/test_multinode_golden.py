@@ -1,13 +1,12 @@
 """Golden per-node renderings (argv, environment, services, Docker kwargs) for every
 multi-node layout the recipes declare.
 
-Refresh after an intended change with: pytest tests/test_multinode_golden.py --update-golden
+Refresh after an intended change with: pytest tests/render/test_multinode_golden.py --update-golden
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,9 @@ from sm120.plan import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import render_nodes
+from tests.helpers import GOLDEN_DIR
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "multinode"
+GOLDEN = GOLDEN_DIR / "multinode"
 GB10_IF = ("multinode.socket_ifname=enp1s0f0np0",)
 IF_ETH1 = ("multinode.socket_ifname=eth1",)
 IF_CX7 = ("multinode.socket_ifname=enp1s0f1np1",)

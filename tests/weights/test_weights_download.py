@@ -1,4 +1,4 @@
-"""`sm120 download` against a local server that speaks the Hub's download API (tests/fake_hub.py)
+"""`sm120 download` against a local server that speaks the Hub's download API (tests/fakes/hub.py)
 through the real huggingface_hub client: file selection, pinned and unpinned revisions,
 resuming after a cut connection, a failed run and Ctrl-C, the token, offline mode."""
 
@@ -23,9 +23,9 @@ from sm120.weights.download import git_blob_id
 from sm120.weights.files import needed_files
 from sm120.weights.manifest import download_lock, partial_dir, read_manifest
 from sm120.weights.verify import verify_dir
-from tests.conftest import REPO, invoke
 from tests.fakes.checkpoints import UNWANTED, checkpoint, write_files
 from tests.fakes.hub import FakeHub, Seen
+from tests.helpers import REPO, invoke
 
 GLM47 = "Salyut1/GLM-4.7-NVFP4"
 GLM47_COMMIT = "531df318dbe2877b24881f6e15024c7f945e7048"

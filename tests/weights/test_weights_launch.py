@@ -18,9 +18,9 @@ from sm120.weights.download import QuietEvents
 from sm120.weights.ensure import WeightsIncomplete, ensure_weights, with_managed_dir
 from sm120.weights.manifest import read_manifest, write_manifest
 from sm120.weights.verify import verify_dir
-from tests.conftest import invoke
 from tests.fakes.checkpoints import checkpoint, write_files
 from tests.fakes.hub import FakeHub
+from tests.helpers import invoke
 from tests.weights.test_weights_download import GLM47, GLM47_COMMIT, GLM52, TOKEN
 
 HW = ("--gpus", "4", "--arch", "sm_120")

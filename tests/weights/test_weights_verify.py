@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.weights.verify import read_header, verify_dir
-from tests.conftest import invoke
 from tests.fakes.checkpoints import (
     INDEX,
     checkpoint,
@@ -19,6 +18,7 @@ from tests.fakes.checkpoints import (
     shard_tensors,
     write_files,
 )
+from tests.helpers import invoke
 
 SHARD1 = "model-00001-of-00002.safetensors"
 SHARD2 = "model-00002-of-00002.safetensors"
