@@ -1,5 +1,5 @@
 """`sm120 download` against huggingface_hub's own `snapshot_download`, from one local Hub
-stand-in (tests/fake_hub.py) serving the same repo to both:
+stand-in (tests/fakes/hub.py) serving the same repo to both:
 
   fresh    wall time to fetch the whole repo into an empty folder (same file selection)
   resume   the first run dies mid-shard (connection cut, then a 503 on the retry); bytes the
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sm120.errors import SM120Error
 from sm120.weights.download import hub_source, plan_download, run_download
 from sm120.weights.files import ALLOW_PATTERNS, IGNORE_PATTERNS
-from tests.checkpoints import checkpoint
-from tests.fake_hub import FakeHub
+from tests.fakes.checkpoints import checkpoint
+from tests.fakes.hub import FakeHub
 
 REPO_ID = "bench/model"
 

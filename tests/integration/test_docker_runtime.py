@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from sm120.plan import PlanRequest, resolve
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120
 

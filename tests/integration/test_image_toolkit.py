@@ -16,7 +16,7 @@ import pytest
 from sm120.docker_api import build_image
 from sm120.images.context import build_context
 from sm120.images.facts import load_facts
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.integration import dockerstack
 
 pytestmark = pytest.mark.integration

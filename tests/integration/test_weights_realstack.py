@@ -14,8 +14,8 @@ import yaml
 
 from sm120.recipe.loader import recipes_dir
 from sm120.weights.verify import verify_dir
-from tests.checkpoints import UNWANTED
-from tests.fake_hub import FakeHub
+from tests.fakes.checkpoints import UNWANTED
+from tests.fakes.hub import FakeHub
 from tests.integration.realstack import cli_env, engine_processes, free_port, state_of
 
 pytestmark = pytest.mark.integration

