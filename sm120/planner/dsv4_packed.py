@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from sm120.errors import PlanError
 from sm120.planner.kv import (
     DSV4_PAGE_ALIGN,
     DSV4_STATE_BYTES,
@@ -141,16 +140,11 @@ def _tuples(pages: list[int]) -> int:
 
 def _split(padded: list[int], tuples: int) -> list[tuple[list[int], int]]:
     """A window group cut into groups of at most `tuples` layer tuples (vLLM zips the layers
-    of each page size into tuples and deals them round-robin): each part's pages and bytes."""
+    of each page size into tuples and deals them round-robin): each part's pages and bytes.
+    Every size has as many layers (a C4 layer has both states), as vLLM asserts."""
     by_size: dict[int, list[int]] = defaultdict(list)
     for page in padded:
         by_size[page].append(page)
-    if len({len(layers) for layers in by_size.values()}) > 1:
-        raise PlanError(
-            "vLLM 0.26 cannot pack these DeepSeek-V4 caches: a window group's page sizes "
-            "have unequal layer counts",
-            "check model.dims.compress_ratios against the checkpoint's config.json",
-        )
     layer_tuples = list(zip(*by_size.values(), strict=True))
     parts = cdiv(len(layer_tuples), tuples)
     split = []
