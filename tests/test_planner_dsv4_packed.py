@@ -120,6 +120,7 @@ def test_full_deepseek_v4_pads_the_pool_block_beyond_the_compressed_layers() -> 
         ("0.26.0", True),
         ("v0.26.1", True),
         ("0.27.0rc1", True),
+        ("0.26.0+cu130", True),
         ("1.0.0", True),
         ("0.25.1", False),
         ("0.15.1", False),

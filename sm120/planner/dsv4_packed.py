@@ -5,7 +5,7 @@ kv_cache_utils.py) registers, with --kv-cache-dtype fp8 turned into fp8_ds_mla:
 
   per compressed layer (ratio r): MLAAttentionSpec, block B, B/r x 584 B, padded to 576
   per C4 layer, the indexer key:  MLAAttentionSpec, block B, B/4 x 132 B, padded to 576
-  per layer (MTP included):       SWA cache, SlidingWindowMLASpec, block 64, window
+  per layer (MTP ones if run):    SWA cache, SlidingWindowMLASpec, block 64, window
                                   sliding_window, 64 x 584 B, padded to 576
   per compressor (C4 attention, C4 indexer, C128 attention): fp32 state, SlidingWindowMLASpec
                                   with block 4 / window 8 (C4) or block 8 / window 128 (C128),
@@ -15,11 +15,13 @@ The full-MLA specs form group 0; the window specs are grouped by (block, window)
 "layer tuples" (its most common page size's count) and each window group's count go through
 _approximate_gcd; each window group is padded up to group 0's page sizes and split into
 groups of at most that many tuples. The pool packs one page per (slot, page size) into every
-block: num_blocks = kv_bytes // sum(page size x slots). The reported figure is
+block: num_blocks = kv_bytes // sum(page size x slots), slots being the most pages of that
+size any one group holds. The reported figure is
 int(num_blocks / cdiv(request_bytes, group 0's page bytes) x max_model_len), where
 request_bytes counts every group's pages for one max_model_len request: cdiv(len, B) for
 group 0, cdiv(min(window - 1 + in-flight, len), block) + 1 for a window group, in-flight
-being max-num-batched-tokens x 2 under async scheduling (vLLM's max_in_flight_tokens).
+being max-num-batched-tokens x 2 under async scheduling (vLLM's max_in_flight_tokens; the
+planner does not model --no-async-scheduling, which makes it x 1).
 
 The GPU proof's reduced DeepSeek-V4 (8 layers, ratios 0 0 4 128 4 128 4 128, B 256, 32,768
 tokens, 4 GiB, max-num-batched-tokens 4096) comes out as the engine printed, at TP 1 and 2

@@ -33,7 +33,7 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 _DEFAULT_BLOCK = {"full": 16, "mla": 16, "mla_sparse_dsa": 64, "dsv4_compressed": 256}
 # The first upstream release whose DeepSeek-V4 packing the planner checked (GPU proof).
 DSV4_PACKED_SINCE = (0, 26)
-_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+|\.post\d+)?")
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:(?:rc|\.post|\.dev)\d+)?(?:\+[\w.]+)?")
 
 
 @dataclass(frozen=True)
