@@ -73,6 +73,9 @@ PLANNER_CASES: tuple[dict[str, Any], ...] = (
     {"recipe": "dsv4", "kv_dtype": "fp8", "block": 256, "mnbt": 4096, "context": 32768},
 )
 PLANNER_KV_GIB = 4
+# The CUDA vLLM the proof serves (bundle wheel): the plans it is compared with model this
+# engine's allocator, not the recipes' images (DeepSeek-V4's fork packs its KV differently).
+PROOF_ENGINE_VERSION = "0.26.0"
 
 Log = Callable[[str], None]
 
@@ -433,6 +436,7 @@ def plan_tokens(
         f"tensor-parallel-size={tp}", f"decode-context-parallel-size={dcp}",
         f"block-size={case['block']}", f"kv-cache-dtype={case['kv_dtype']}",
         f"max-num-batched-tokens={case['mnbt']}", "speculative-config=null",
+        f"image.engine_version={PROOF_ENGINE_VERSION}",
     ]  # fmt: skip
     if case["recipe"] == "glm52":
         # Upstream vLLM builds an indexer only on the layers that compute their own top-k;

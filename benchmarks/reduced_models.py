@@ -141,6 +141,17 @@ DSV4: dict[str, Any] = {
     "eos_token_id": 1,
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
+    # vLLM's DeepSeek-V4 attention always runs its output projection as a DeepGEMM fp8
+    # einsum, which reads the block scales of an fp8 checkpoint: the FP8 checkpoint's
+    # quantization (128x128 blocks) is part of what makes the model start. fp8 experts (the
+    # Flash-Base form) rather than MXFP4 ones: the experts do not touch the KV cache.
+    "quantization_config": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "weight_block_size": [128, 128],
+    },
+    "expert_dtype": "fp8",
 }
 
 CONFIGS: dict[str, dict[str, Any]] = {"glm47": GLM47, "glm52": GLM52, "dsv4": DSV4}

@@ -75,6 +75,9 @@ class WindowCache:
     tables: int  # block tables of this kind, each drawing blocks from the shared pool
     window: int
     block_size: int
+    # What one of its pages counts against a request where the engine counts window pages in
+    # bytes (vLLM 0.26's DeepSeek-V4 packing); None: each page takes a whole pool block.
+    page_bytes: int | None = None
 
     def blocks(self, context: int, chunk_tokens: int) -> int:
         held = min(self.window - 1 + chunk_tokens, context)
@@ -88,11 +91,21 @@ class KVLayout:
     bytes_per_block: int  # what one block of the shared pool costs on one rank
     dcp: int = 1  # decode context parallel: each rank keeps 1/dcp of a sequence
     windows: tuple[WindowCache, ...] = ()
-    chunk_tokens: int = 0  # max-num-batched-tokens, for the window caches
+    chunk_tokens: int = 0  # tokens in flight per request, for the window caches
+    # The unit a request's byte-counted window pages are rounded up in (vLLM 0.26 DeepSeek-V4:
+    # the compressed layers' pages of one block); None: bytes_per_block.
+    window_unit_bytes: int | None = None
 
     def blocks_per_request(self, context: int) -> int:
         blocks = cdiv(cdiv(context, self.dcp), self.block_size)
-        return blocks + sum(w.blocks(context, self.chunk_tokens) for w in self.windows)
+        paged = 0
+        for cache in self.windows:
+            held = cache.blocks(context, self.chunk_tokens)
+            if cache.page_bytes is None:
+                blocks += held
+            else:
+                paged += held * cache.page_bytes
+        return blocks + cdiv(paged, self.window_unit_bytes or self.bytes_per_block)
 
     def bytes_per_request(self, context: int) -> int:
         return self.bytes_per_block * self.blocks_per_request(context)
@@ -235,13 +248,8 @@ def approximate_gcd(values: Sequence[int], lower_bound: int) -> int:
     return best
 
 
-def deepseek_v4(
-    dims: ModelDims, dcp: int, dtype: KVDtype, block_size: int, extra_layers: int, chunk: int
-) -> KVLayout:
-    """DeepSeek-V4's compressed attention as vLLM packs it: every block holds one page per
-    (layer tuple, page size) -- C4 latent, C4 indexer key, C128 latent -- and the
-    sliding-window caches and compressor states of each request draw blocks of the same
-    size from the same pool, bounded by their windows."""
+def check_deepseek_v4(dims: ModelDims, dcp: int, dtype: KVDtype, block_size: int) -> None:
+    """What every engine generation of DeepSeek-V4 rejects."""
     if dcp != 1:
         raise PlanError(
             "DeepSeek-V4 cannot use decode-context-parallel-size > 1: its sliding-window "
@@ -258,9 +266,20 @@ def deepseek_v4(
             f"DeepSeek-V4 needs a block size that is a multiple of 128, got {block_size}",
             "use --block-size 256 as the recipes do",
         )
-    ratios = dims.compress_ratios or ()
-    if not ratios:
+    if not dims.compress_ratios:
         _need(None, "compress_ratios")
+
+
+def deepseek_v4(
+    dims: ModelDims, dcp: int, dtype: KVDtype, block_size: int, extra_layers: int, chunk: int
+) -> KVLayout:
+    """DeepSeek-V4's compressed attention as vLLM packs it: every block holds one page per
+    (layer tuple, page size) -- C4 latent, C4 indexer key, C128 latent -- and the
+    sliding-window caches and compressor states of each request draw blocks of the same
+    size from the same pool, bounded by their windows. This is the recipe's engine (jasl/vllm
+    PR-41834 branch); vLLM 0.26 packs differently (planner/dsv4_packed.py)."""
+    check_deepseek_v4(dims, dcp, dtype, block_size)
+    ratios = dims.compress_ratios or ()
     backbone = list(ratios[: dims.num_hidden_layers])
     c4, c128 = backbone.count(4), backbone.count(128)
     index_dim = _need(dims.index_head_dim, "index_head_dim")

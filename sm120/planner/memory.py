@@ -15,6 +15,7 @@ line is exact.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from sm120.errors import PlanError
 from sm120.plan import LaunchPlan
 from sm120.planner import kv
 from sm120.planner.dims import GIB, PlannerDims
+from sm120.planner.dsv4_packed import deepseek_v4_packed
 
 ACTIVATION_OVERHEAD_GIB = 1.5
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
@@ -29,6 +31,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # vLLM's default block size per family when neither the recipe nor model.dims sets one.
 _DEFAULT_BLOCK = {"full": 16, "mla": 16, "mla_sparse_dsa": 64, "dsv4_compressed": 256}
+# The first upstream release whose DeepSeek-V4 packing the planner checked (GPU proof).
+DSV4_PACKED_SINCE = (0, 26)
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:(?:rc|\.post|\.dev)\d+)?(?:\+[\w.]+)?")
 
 
 @dataclass(frozen=True)
@@ -161,8 +166,16 @@ def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     if spec.attention == "mla_sparse_dsa":
         return kv.mla(dims, tp, dcp, *args, indexer_layers=indexer_layers(spec))
     if spec.attention == "dsv4_compressed":
-        return kv.deepseek_v4(dims, dcp, *args, chunk=spec.chunk_tokens)
+        layout = deepseek_v4_packed if packs_dsv4_upstream(spec.engine_version) else kv.deepseek_v4
+        return layout(dims, dcp, *args, chunk=spec.chunk_tokens)
     raise PlanError(f"attention '{spec.attention}' has no KV model", "use a known recipe")
+
+
+def packs_dsv4_upstream(engine_version: str) -> bool:
+    """The image's engine packs DeepSeek-V4 the way vLLM 0.26 does: an upstream release from
+    0.26 on. Fork refs (the recipe's sm120-pr-41834-...) keep the fork's packing."""
+    release = _RELEASE.fullmatch(engine_version.strip())
+    return release is not None and (int(release[1]), int(release[2])) >= DSV4_PACKED_SINCE
 
 
 def indexer_layers(spec: PlanSpec) -> int:
