@@ -78,7 +78,7 @@ def test_planner_replays_each_captured_engine_pool(log: Path, tmp_path: Path) ->
 @pytest.mark.parametrize("tp", [1, 2])
 def test_dsv4_captures_at_tp1_and_tp2_reached_the_allocator(tp: int) -> None:
     """So the replay above compares them instead of taking the no-KV-line exit."""
-    log = DATA / "gpu_proof" / f"planner-dsv4-fp8-tp{tp}-dcp1.log"
+    log = DATA_DIR / "gpu_proof" / f"planner-dsv4-fp8-tp{tp}-dcp1.log"
     text = log.read_text(errors="replace")
     assert gpu_proof.KV_LINE.search(text)
     assert "Initializing a V1 LLM engine (v0.26.0)" in text

@@ -16,10 +16,10 @@ from sm120.errors import PlanError
 from sm120.planner import kv
 from sm120.planner.dsv4_packed import deepseek_v4_packed
 from sm120.planner.memory import packs_dsv4_upstream
-from tests.conftest import invoke
-from tests.test_planner_kv import BF16, DSV4, FP8
+from tests.helpers import REPO, invoke
+from tests.plan.test_planner_kv import BF16, DSV4, FP8
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import reduced_models
 
