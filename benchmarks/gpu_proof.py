@@ -578,9 +578,14 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
+# Figures a later run measures again with a better method (the launch timing to the READY line).
+LATER_REPLACES = ("launch",)
+
+
 def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
-    """Facts and figures from the first part that has them; planner rows from all, a later
-    row of the same case (recipe, KV dtype, TP, DCP) replacing an earlier one; and `runs`,
+    """Facts and figures from the first part that has them, except the launch timing, where a
+    later measurement replaces an earlier one (as a later planner row of the same case --
+    recipe, KV dtype, TP, DCP -- replaces an earlier row); and `runs`,
     which part ran what on which machine. With `logs` (the captured engine logs), a failed
     row names the exception its engine raised."""
     merged: dict[str, Any] = {"runs": [], "planner": []}
@@ -602,6 +607,8 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
                     case = (row["recipe"], row["kv_dtype"], row["tp"], row.get("dcp", 1))
                     rows.pop(case, None)  # re-inserted last: the table keeps run order
                     rows[case] = row
+            elif key in LATER_REPLACES:
+                merged[key] = value
             elif key not in ("label", "steps"):
                 merged.setdefault(key, value)
     merged["planner"] = list(rows.values())
@@ -643,6 +650,13 @@ def markdown(data: dict[str, Any]) -> str:
             f"{launch['bare_ready_s']} s | {launch['ratio']} | {launch.get('chat_ok')} |",
             "",
         ]
+        before = [split["before_spawn_s"] for split in launch.get("sm120_split_s", []) if split]
+        if before:
+            lines += [
+                f"sm120's own work before it spawns the engine (CLI start, plan, preflight): "
+                f"median {statistics.median(before)} s of the {launch['ready_s']} s.",
+                "",
+            ]
     bench = data.get("bench")
     if bench:
         detail = bench["detail"]

@@ -3,7 +3,6 @@ the engine in a labelled container. Containers are found by label, never by gues
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -166,7 +165,7 @@ def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subpro
         str(exit_file),
     ]
     # Its own session: the capture outlives the CLI that launched it, like the container.
-    return subprocess.Popen(
+    capture = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -174,6 +173,13 @@ def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subpro
         start_new_session=True,
         env=os.environ.copy(),
     )
+    _started_captures[capture.pid] = capture
+    return capture
+
+
+# The captures this process started, so that stopping one reaps only our own child: a bare
+# waitpid on any pid would take the exit status from whoever else is waiting for it.
+_started_captures: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def _stop_capture(state: DeploymentState) -> None:
@@ -188,5 +194,6 @@ def _stop_capture(state: DeploymentState) -> None:
     except (ProcessLookupError, PermissionError):
         return
     # Reap it when this process started it (the launcher's failure path).
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(capture.pid, os.WNOHANG)
+    started = _started_captures.pop(capture.pid, None)
+    if started is not None:
+        started.poll()

@@ -373,3 +373,38 @@ def test_docker_stop_ends_only_its_own_log_capture(stranger: subprocess.Popen[by
         assert capture.wait(timeout=10) == -15
     finally:
         capture.kill()
+
+
+def test_stopping_a_capture_never_takes_a_strangers_exit_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The capture dies before _stop_capture looks again (a loaded machine): its exit status
+    still belongs to the process that started it, not to the stop."""
+    import dataclasses
+    import os
+
+    from sm120.runtime import docker
+    from sm120.state import DeploymentState
+
+    folder = deployment_dir("demo")
+    state = DeploymentState.from_dict(
+        state_document(folder, runtime="docker", container_id="c0ffee")
+    )
+    capture = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                docker.CAPTURE_MODULE, "--container", "c0ffee"])  # fmt: skip
+
+    real_kill = os.kill
+
+    def kill_and_let_it_die(pid: int, signum: int) -> None:
+        real_kill(pid, signum)
+        # Dead and unreaped (a zombie) before the stop goes on.
+        wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z")
+
+    try:
+        wait_for(lambda: "c0ffee" in Path(f"/proc/{capture.pid}/cmdline").read_text())
+        monkeypatch.setattr(docker.os, "kill", kill_and_let_it_die)
+        docker._stop_capture(dataclasses.replace(state, supervisor_pid=capture.pid))
+        monkeypatch.undo()
+        assert capture.wait(timeout=10) == -15
+    finally:
+        capture.kill()
