@@ -592,6 +592,9 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for part in parts:
         data = json.loads(part.read_text())
+        if "world" in data and "backend" in data:  # a `sm120 doctor --p2p --json` document
+            merged.setdefault("doctor_p2p", []).append(p2p_summary(part.stem, data))
+            continue
         if part.suffix == ".facts":  # a copy kept for its facts alone (see docs/gpu-proof.md)
             data.pop("planner", None)
         merged["runs"].append(
@@ -626,6 +629,24 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
     print(markdown(merged))
 
 
+def p2p_summary(label: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """What `sm120 doctor --p2p --json` found, in a few fields: pairs verified, their
+    bandwidth range, and the all-reduce."""
+    copies = [step for step in doc["steps"] if step["step"].startswith("copy ")]
+    rates = [step["gbps"] for step in copies if step.get("gbps")]
+    reduce = next((step for step in doc["steps"] if step["step"] == "all-reduce"), None)
+    return {
+        "label": label,
+        "ok": doc["ok"],
+        "gpus": doc["world"],
+        "backend": doc["backend"],
+        "pairs_verified": sum(1 for step in copies if step["ok"]),
+        "pairs": len(copies),
+        "gbps_range": [min(rates), max(rates)] if rates else None,
+        "all_reduce_ok": bool(reduce and reduce["ok"]),
+    }
+
+
 def markdown(data: dict[str, Any]) -> str:
     lines = [
         "# GPU proof",
@@ -657,6 +678,15 @@ def markdown(data: dict[str, Any]) -> str:
                 f"median {statistics.median(before)} s of the {launch['ready_s']} s.",
                 "",
             ]
+    for probe in data.get("doctor_p2p", []):
+        rates = probe["gbps_range"] or ["-", "-"]
+        lines += [
+            f"`sm120 doctor --p2p` on {probe['gpus']} GPUs ({probe['label']}): "
+            f"{probe['pairs_verified']} of {probe['pairs']} peer copies verified at "
+            f"{rates[0]}-{rates[1]} GB/s, {probe['backend']} all-reduce "
+            f"{'correct' if probe['all_reduce_ok'] else 'FAILED'}.",
+            "",
+        ]
     bench = data.get("bench")
     if bench:
         detail = bench["detail"]

@@ -133,3 +133,23 @@ def test_root_cause_names_the_engine_cores_exception_not_the_api_servers() -> No
         "AssertionError: assert self.hc_attn_fn_broadcast is not None"
     )
     assert gpu_proof.root_cause("just a line\n") == "just a line"
+
+
+def test_merge_takes_the_later_launch_and_summarises_a_doctor_p2p_document(
+    tmp_path: Path,
+) -> None:
+    first = tmp_path / "first.json"
+    later = tmp_path / "later.json"
+    ready = {"ready_s": 43.0, "bare_ready_s": 40.5}
+    first.write_text(json.dumps({"label": "a", "launch": {"ratio": 1.2, "pairs": 2, **ready}}))
+    later.write_text(json.dumps({"label": "b", "launch": {"ratio": 1.06, "pairs": 3, **ready}}))
+    probe = REPO / "benchmarks" / "results" / "gpu-proof-runs" / "doctor-p2p-4xh200.json"
+    gpu_proof.merge([first, later, probe], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
+    assert merged["launch"]["ratio"] == 1.06
+    assert [run["label"] for run in merged["runs"]] == ["a", "b"]
+    (summary,) = merged["doctor_p2p"]
+    assert summary["gpus"] == 4 and summary["all_reduce_ok"]
+    assert (summary["pairs_verified"], summary["pairs"]) == (12, 12)
+    assert 300 < summary["gbps_range"][0] <= summary["gbps_range"][1]
+    assert "12 of 12 peer copies verified" in (tmp_path / "out" / "gpu-proof.md").read_text()
