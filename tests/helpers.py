@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sm120.checks import CheckedPlan, checked_plan
-from sm120.hardware import Hardware
-from sm120.plan import PlanRequest
+from sm120.plan.checks import CheckedPlan, checked_plan
+from sm120.plan.hardware import Hardware
+from sm120.plan.resolve import PlanRequest
 from sm120.render.argv import render_argv
 
 SM120_X4 = Hardware(gpus=4, arch="sm_120", source="declared")

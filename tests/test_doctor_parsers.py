@@ -12,7 +12,7 @@ from sm120.doctor.gpu_names import edition, gpu_arch
 from sm120.doctor.nvsmi_parse import parse_banner, parse_query_csv, parse_table
 from sm120.doctor.snapshot import Snapshot
 from sm120.doctor.topology import interconnect
-from sm120.hardware import hardware_from_csv
+from sm120.plan.hardware import hardware_from_csv
 
 CORPUS = Path(__file__).parent / "data" / "nvidia_smi"
 

@@ -229,7 +229,7 @@ def supervise(tmp_path: Path, log: Path, *argv: str) -> subprocess.CompletedProc
         [
             sys.executable,
             "-m",
-            "sm120.runtime.supervise",
+            "sm120.engine.runtime.supervise",
             "--exit-file",
             str(tmp_path / "exit.json"),
             "--log",

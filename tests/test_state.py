@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.state import (
+from sm120.engine.state import (
     DeploymentState,
     StateError,
     clear_state,

@@ -305,7 +305,7 @@ def check_shm(path: str, needs: Needs, disk_usage: DiskUsage) -> list[Finding]:
 
 
 def check_port(host: str, port: int, ensure_free: Callable[[str, int], None]) -> list[Finding]:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
 
     try:
         ensure_free(host, port)

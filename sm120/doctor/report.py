@@ -185,13 +185,13 @@ def _docker_section(result: DoctorResult) -> list[str]:
 
 
 def default_report_path() -> Path:
-    from sm120.state import sm120_home
+    from sm120.engine.state import sm120_home
 
     return sm120_home() / "doctor" / REPORT_NAME
 
 
 def write_report(text: str, path: Path) -> Path:
-    from sm120.state import private_dir, write_private_atomically
+    from sm120.engine.state import private_dir, write_private_atomically
 
     # It describes the machine (drivers, devices, paths): for its owner's eyes.
     private_dir(path.parent)

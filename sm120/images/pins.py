@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 DOCKER_HUB = "registry-1.docker.io"
 MIRROR_ENV = "SM120_REGISTRY_MIRROR"

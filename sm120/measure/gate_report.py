@@ -39,7 +39,7 @@ def summary_line(report: Mapping[str, Any]) -> str:
 
 def known_failure_lines(report: Mapping[str, Any]) -> list[str]:
     """The catalogue's title and fix for each known failure mode the gate saw."""
-    from sm120.failures import get
+    from sm120.logs.failures import get
 
     ids = sorted({i for case in report["cases"] for i in case.get("failure_ids") or []})
     lines = []

@@ -1,9 +1,9 @@
 """Engine output into logs/serve.log, rotated, with no line lost or written twice.
 
-One capture, two hosts. A native run's supervisor (sm120.runtime.supervise) is the engine's
+One capture, two hosts. A native run's supervisor (sm120.engine.runtime.supervise) is the engine's
 parent and pumps its stdout pipe here, so every byte the engine writes reaches the file even
 when nobody watches. A container's output is copied by the Docker runtime's detached
-follower (sm120.runtime.docker_logs), which reads `docker logs` through the same `LogSource`
+follower (sm120.engine.runtime.docker_logs), which reads `docker logs` through the same `LogSource`
 protocol.
 
 Exactly once across a re-attach: a replayable source (a container's log) hands out a

@@ -1,4 +1,4 @@
-"""Typed events read from engine log lines (see sm120/monitor/logparse.py).
+"""Typed events read from engine log lines (see sm120/logs/logparse.py).
 
 Each event has a stable `kind` and fields that are None when the log line did not say;
 `as_dict()` drops those, which is the JSON contract of `sm120 logs parse --json`. Events are

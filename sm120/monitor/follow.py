@@ -14,7 +14,7 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
-from sm120.bounded import capped_lines
+from sm120.core.bounded import capped_lines
 
 NEWLINE = b"\n"
 # Engines print lines of a few hundred bytes; one without end (a dumped tensor, a runaway

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from sm120.core.pidlock import PidLock, end_holder, lock_holder
 from sm120.monitor.files import MonitorFiles
-from sm120.pidlock import PidLock, end_holder, lock_holder
 
 if TYPE_CHECKING:
     from sm120.monitor.target import Target

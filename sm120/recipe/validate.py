@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120.errors import RecipeError, SM120Error
-from sm120.hardware import assumed
-from sm120.plan import PlanRequest, resolve
+from sm120.core.errors import RecipeError, SM120Error
+from sm120.plan.hardware import assumed
+from sm120.plan.resolve import PlanRequest, resolve
+from sm120.plan.rules import evaluate, failures
 from sm120.recipe.loader import load_recipe_file, recipe_names, recipes_dir
 from sm120.recipe.schema import Recipe
-from sm120.rules import evaluate, failures
 
 # why-notes may also explain these recipe-level choices
 _WHY_EXTRA_KEYS = {"model", "image", "hardware"}

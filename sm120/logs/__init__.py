@@ -1,0 +1,2 @@
+"""What engine logs mean: the failure catalogue, start-up phases, the log parser, the
+fatal-line catalogue, and naming failures in whole logs. Pure: text in, findings out."""
