@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sm120.plan.checks import CheckedPlan, checked_plan
+from sm120.deploy.checked import CheckedPlan, checked_plan
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import PlanRequest
 from sm120.render.argv import render_argv

@@ -735,7 +735,7 @@ def test_chat_refuses_a_binary_piped_prompt(cli: CliRunner) -> None:
 
 
 def test_logs_cut_a_runaway_line(cli: CliRunner, isolated_home: Path) -> None:
-    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES
+    from sm120.engine.log_follow import CUT_MARK, MAX_LINE_BYTES
 
     _deployment_at(isolated_home, 1)
     log = isolated_home / "deployments" / "tiny" / "logs" / "serve.log"
@@ -765,7 +765,7 @@ def test_logs_parse_cuts_a_runaway_line(cli: CliRunner, tmp_path: Path) -> None:
 
 
 def test_follower_cuts_a_runaway_line(tmp_path: Path) -> None:
-    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
+    from sm120.engine.log_follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
 
     log = tmp_path / "serve.log"
     log.write_bytes(b"")

@@ -532,7 +532,7 @@ def test_shm() -> None:
 
 
 def test_port_taken_and_free() -> None:
-    from sm120.deploy.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -558,7 +558,7 @@ def test_system_memory() -> None:
 
 
 def test_a_port_a_stopped_server_left_in_time_wait_is_free() -> None:
-    from sm120.deploy.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
 
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does

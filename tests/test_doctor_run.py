@@ -292,7 +292,7 @@ def test_preflight_leaves_arch_and_count_to_the_rules() -> None:
 
 
 def test_replacing_a_server_does_not_count_what_that_server_holds() -> None:
-    from sm120.deploy.ports import PortInUse
+    from sm120.core.ports import PortInUse
 
     def taken(_host: str, port: int) -> None:
         raise PortInUse(f"port {port} on 127.0.0.1 is already in use", "pick another")
@@ -307,8 +307,8 @@ def test_replacing_a_server_does_not_count_what_that_server_holds() -> None:
 
 
 def test_preflight_stops_a_launch_before_anything_starts(tmp_path: Path) -> None:
+    from sm120.deploy.checked import CheckedPlan
     from sm120.deploy.launcher import LaunchError, LaunchOptions, launch
-    from sm120.plan.checks import CheckedPlan
     from sm120.plan.hardware import Hardware
 
     class NothingMayStart:

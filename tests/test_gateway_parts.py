@@ -14,8 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from sm120.deploy.monitoring import keep_launch_spec
-from sm120.deploy.secrets import ensure_api_key
 from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.secrets import ensure_api_key
 from sm120.engine.state import DeploymentState, deployment_dir, save_state
 from sm120.gateway.actions import EngineActions, host_ram_shortfall
 from sm120.gateway.backends import discover

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sm120.logs.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
 from sm120.logs.logparse import LogParser, clean_line, parse_lines, parse_text
-from sm120.monitor.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
 from tests.test_failures import REAL_LINES
 
 CORPUS = Path(__file__).parent / "data" / "vllm_logs"

@@ -93,7 +93,7 @@ def test_gpus_this_machine_lacks_are_refused(cli: CliRunner) -> None:
 
 
 def checks_have_gpus() -> bool:
-    from sm120.plan.hardware import detect
+    from sm120.doctor.detect import detect
 
     return detect() is not None
 

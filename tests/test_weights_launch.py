@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.plan.checks import CheckedPlan
+from sm120.deploy.checked import CheckedPlan
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.weights.download import QuietEvents
 from sm120.weights.ensure import WeightsIncomplete, ensure_weights, with_managed_dir

@@ -79,7 +79,7 @@ def bench(
 
     from rich.console import Console
 
-    from sm120.engine.state import sm120_home
+    from sm120.core.paths import sm120_home
     from sm120.measure import history
     from sm120.measure.bench import run_bench
     from sm120.measure.reference import decode_against

@@ -46,7 +46,7 @@ def gsm8k(
     as_json: bool = typer.Option(False, "--json", help="Scores as JSON on stdout."),
 ) -> None:
     """GSM8K exact match, as the seeds validate builds (5-shot, 200 problems by default)."""
-    from sm120.engine.state import sm120_home
+    from sm120.core.paths import sm120_home
     from sm120.measure.lmeval import (
         latest_results,
         lm_eval_command,

@@ -43,7 +43,7 @@ def start(
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
-    from sm120.deploy.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
     from sm120.gateway.config import GatewayConfig
     from sm120.gateway.control import check_config, start_gateway
     from sm120.gateway.files import ensure_gateway_key, gateway_files

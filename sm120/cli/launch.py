@@ -15,7 +15,7 @@ from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
     from sm120.cli.serving import GateRequest
-    from sm120.plan.checks import CheckedPlan
+    from sm120.deploy.checked import CheckedPlan
     from sm120.plan.resolve import LaunchPlan as PlanT
     from sm120.plan.resolve import PlanRequest
     from sm120.render.multinode import NodeAddress, NodeLaunch
@@ -125,7 +125,7 @@ def launch(
     ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
-    from sm120.plan.checks import checked_plan, plan_document
+    from sm120.deploy.checked import checked_plan, plan_document
     from sm120.plan.hardware import declared
 
     gate_request = _gate_request(gate, keep_on_fail, gate_max_tokens)
@@ -152,7 +152,8 @@ def launch(
         hardware = placed_hardware(placement, arch)
     # Nodes of a multi-node plan are checked one by one at launch, not against this machine.
     if hardware is None and not dry_run and addresses is None:
-        from sm120.plan.hardware import Hardware, detect
+        from sm120.doctor.detect import detect
+        from sm120.plan.hardware import Hardware
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     _check_runtime(runtime, network)
@@ -193,8 +194,8 @@ def launch(
     if addresses is not None:
         from sm120.cli.serving import serve
         from sm120.core.errors import SM120Error
+        from sm120.deploy.cluster import ClusterRequest
         from sm120.deploy.launcher import LaunchOptions
-        from sm120.engine.cluster.launch import ClusterRequest
 
         if gate_request is not None:
             raise SM120Error("--gate is for one host", "run 'sm120 test' once READY instead")
@@ -276,7 +277,7 @@ def _container_preview(plan: PlanT, name: str | None, network: str) -> dict[str,
 
 def _weights_dir(request: PlanRequest, checked: CheckedPlan) -> tuple[PlanRequest, CheckedPlan]:
     """With no model dir chosen, a downloadable checkpoint lives in sm120's folder for it."""
-    from sm120.plan.checks import checked_plan
+    from sm120.deploy.checked import checked_plan
     from sm120.weights.ensure import with_managed_dir
 
     managed = with_managed_dir(request, checked.plan)
@@ -289,7 +290,7 @@ def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> 
     """Serve complete weights: fetch what is missing (asking unless --yes), then resolve
     again so values derived from the checkpoint's config.json enter the plan."""
     from sm120.cli.weights import weights_for_launch
-    from sm120.plan.checks import checked_plan
+    from sm120.deploy.checked import checked_plan
 
     if weights_for_launch(checked.plan, yes) is None:
         return checked

@@ -37,8 +37,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
 ) -> None:
     """What runs, since when, where, and how healthy it is."""
-    from sm120.deploy.find import find_deployment
     from sm120.deploy.status import describe
+    from sm120.engine.find import find_deployment
     from sm120.engine.state import list_states
     from sm120.gateway.control import gateway_status
     from sm120.gateway.files import gateway_files
@@ -106,8 +106,8 @@ def logs(
     """The engine's log (the file in the deployment's state dir)."""
     if ctx.invoked_subcommand is not None:
         return
-    from sm120.deploy.find import find_deployment, runtime_for
     from sm120.deploy.status import tail_lines
+    from sm120.engine.find import find_deployment, runtime_for
 
     state = find_deployment(name)
     tail, count = tail_lines(state.log_path, lines)

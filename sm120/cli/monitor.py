@@ -46,7 +46,7 @@ def _check_options(
 
 def _files_of(name: str | None) -> tuple[str, MonitorFiles]:
     """A deployment's monitor files; a stopped deployment keeps its history and peaks."""
-    from sm120.deploy.find import NoDeployment, find_deployment
+    from sm120.engine.find import NoDeployment, find_deployment
     from sm120.engine.state import check_deployment_name, deployments_root
     from sm120.monitor.files import MonitorFiles
 

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sm120.core.net import http_url
+from sm120.deploy.checked import CheckedPlan, performance_document
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
-from sm120.plan.checks import CheckedPlan, performance_document
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv

@@ -38,7 +38,7 @@ def show(
 ) -> None:
     """The resolved plan of a recipe with the why of every setting."""
     from sm120.cli.present import show_plan
-    from sm120.plan.checks import checked_plan, plan_document
+    from sm120.deploy.checked import checked_plan, plan_document
     from sm120.plan.resolve import PlanRequest
 
     checked = checked_plan(PlanRequest(recipe=name, variants=_split(variant)))

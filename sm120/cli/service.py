@@ -55,8 +55,9 @@ def _service_request(recipe: str, args: list[str], system: bool) -> ServiceReque
     import sys
 
     from sm120.cli.launch import _check_runtime, _request
+    from sm120.core.paths import sm120_home
     from sm120.deploy.service import ServiceRequest
-    from sm120.engine.state import check_deployment_name, sm120_home
+    from sm120.engine.state import check_deployment_name
     from sm120.plan.resolve import resolve
 
     params = _launch_params(recipe, args)

@@ -15,16 +15,16 @@ from sm120.cli.present import home_relative
 from sm120.cli.progress import PhaseProgress
 from sm120.core.errors import SM120Error
 from sm120.core.net import http_url
+from sm120.deploy.checked import CheckedPlan
 from sm120.deploy.launcher import LaunchOptions, Ready, describe_failure, launch
 from sm120.deploy.wait import PHASE_WORDS, StartupFailed
 from sm120.engine.runtime.base import Runtime
 from sm120.engine.runtime.native import NativeRuntime
 from sm120.engine.state import clear_state, deployment_lock
 from sm120.logs.phases import Phase
-from sm120.plan.checks import CheckedPlan
 
 if TYPE_CHECKING:
-    from sm120.engine.cluster.launch import ClusterRequest
+    from sm120.deploy.cluster import ClusterRequest
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
@@ -64,7 +64,7 @@ def serve(
     try:
         with PhaseProgress(plan.recipe, timeout) as progress:
             if cluster is not None:
-                from sm120.engine.cluster.launch import launch_cluster
+                from sm120.deploy.cluster import launch_cluster
 
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:

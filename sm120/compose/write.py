@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 
 from sm120.compose.members import ComposeError, ComposeProject
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.secrets import read_api_key
 from sm120.engine.state import write_private_atomically
 from sm120.gateway.static import StaticBackend, backends_document
 from sm120.render.compose_project import (

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 
 from sm120.core.net import client_url
-from sm120.deploy.find import find_deployment
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.find import find_deployment
+from sm120.engine.secrets import read_api_key
 from sm120.server.client import ChatResult, ServerClient
 
 

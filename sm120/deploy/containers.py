@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from sm120.core.errors import SM120Error
-from sm120.deploy.secrets import ensure_api_key, read_api_key
+from sm120.core.paths import sm120_home
 from sm120.engine import docker_api
 from sm120.engine.runtime.base import LaunchSpec
-from sm120.engine.state import sm120_home
+from sm120.engine.secrets import ensure_api_key, read_api_key
 from sm120.engine.tiny_model import TinyModelError
 from sm120.images.build import BuildOptions, build
 from sm120.plan.resolve import LaunchPlan

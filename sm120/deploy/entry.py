@@ -17,11 +17,12 @@ from typing import Any
 
 from sm120.core.dotenv import read_dotenv
 from sm120.core.errors import SM120Error
+from sm120.deploy.checked import checked_plan
 from sm120.deploy.launcher import model_ready, preflight_or_stop
+from sm120.doctor.detect import detect
 from sm120.images.facts import ENGINE_PYTHON_FILE
 from sm120.images.manifest import MANIFEST_PATH
-from sm120.plan.checks import checked_plan
-from sm120.plan.hardware import Hardware, detect
+from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import LaunchPlan, PlanRequest
 from sm120.recipe.catalogue import env_allow_list
 from sm120.recipe.envkeys import check_dotenv_keys

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120.core.pidlock import lock_holder
-from sm120.deploy.find import runtime_for
 from sm120.deploy.monitoring import monitor_files
+from sm120.engine.find import runtime_for
+from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo
 from sm120.engine.state import LOCK_FILE, deployment_dir, load_state
 from sm120.monitor.files import load_settings
-from sm120.monitor.follow import LogFollower
 from sm120.monitor.peaks import read_json
 from sm120.monitor.process import running_monitor
 from sm120.monitor.watchdog import breaker_state_from

@@ -14,12 +14,14 @@ from pathlib import Path
 
 from sm120.core.errors import SM120Error
 from sm120.core.net import client_url, exposure_warning, http_url
+from sm120.core.ports import ensure_port_free
+from sm120.deploy.checked import CheckedPlan, plan_document
 from sm120.deploy.monitoring import keep_launch_spec
-from sm120.deploy.ports import ensure_port_free
-from sm120.deploy.secrets import ensure_api_key, read_api_key
 from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.doctor.p2p_live import launch_p2p_decision
+from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
+from sm120.engine.secrets import ensure_api_key, read_api_key
 from sm120.engine.state import (
     DeploymentState,
     clear_state,
@@ -29,8 +31,6 @@ from sm120.engine.state import (
 )
 from sm120.logs.phases import PhaseUpdate
 from sm120.measure.target import save_plan
-from sm120.monitor.capture import start_fresh_log
-from sm120.plan.checks import CheckedPlan, plan_document
 from sm120.plan.resolve import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -77,7 +77,7 @@ def running_deployment(name: str, replace: bool) -> DeploymentState | None:
     existing = load_state(name)
     if existing is None:
         return None
-    from sm120.deploy.find import runtime_for
+    from sm120.engine.find import runtime_for
 
     # The deployment may run under another runtime than the one asked for now.
     if not runtime_for(existing).status(existing).running:
@@ -94,8 +94,8 @@ def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
     existing = load_state(options.name)
     if existing is None:
         return
-    from sm120.deploy.find import runtime_for
     from sm120.deploy.monitoring import stop_for
+    from sm120.engine.find import runtime_for
 
     running = running_deployment(options.name, options.replace) is not None
     # The monitor goes first, or its watchdog could restart what is being replaced; it may

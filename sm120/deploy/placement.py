@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sm120.core.errors import SM120Error
-from sm120.deploy.find import runtime_for
 from sm120.deploy.monitoring import monitor_files
+from sm120.doctor.detect import detect
+from sm120.engine.find import runtime_for
 from sm120.engine.state import DeploymentState, list_states
 from sm120.measure.target import load_plan
 from sm120.monitor.files import load_launch_spec
-from sm120.plan.hardware import Hardware, declared, detect
+from sm120.plan.hardware import Hardware, declared
 from sm120.plan.placement import placed_on, placement_set
 from sm120.plan.resolve import LaunchPlan
 

@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 
 from sm120.core.net import client_url, http_url
-from sm120.deploy.find import runtime_for
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.find import runtime_for
+from sm120.engine.log_follow import tail_lines as follow_tail
+from sm120.engine.secrets import read_api_key
 from sm120.engine.state import DeploymentState, deployment_dir
 from sm120.monitor.files import MonitorFiles
-from sm120.monitor.follow import tail_lines as follow_tail
 from sm120.monitor.summary import monitor_summary
 from sm120.server.client import BadServerResponse, bounded_request
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from sm120.deploy.find import find_deployment, runtime_for
 from sm120.deploy.monitoring import stop_for
+from sm120.engine.find import find_deployment, runtime_for
 from sm120.engine.runtime.base import ExitInfo
 from sm120.engine.state import DeploymentState, clear_state, deployment_lock
 

@@ -185,7 +185,7 @@ def _docker_section(result: DoctorResult) -> list[str]:
 
 
 def default_report_path() -> Path:
-    from sm120.engine.state import sm120_home
+    from sm120.core.paths import sm120_home
 
     return sm120_home() / "doctor" / REPORT_NAME
 

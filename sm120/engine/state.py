@@ -19,6 +19,7 @@ from typing import Any
 
 from sm120.core.errors import SM120Error
 from sm120.core.net import is_host
+from sm120.core.paths import sm120_home
 from sm120.core.pidlock import PidLock, lock_holder
 
 STATE_FILE = "state.json"
@@ -34,16 +35,6 @@ _VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 class StateError(SM120Error):
     """A deployment name or state file that cannot be used."""
-
-
-def sm120_home() -> Path:
-    explicit = os.environ.get("SM120_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg_state = os.environ.get("XDG_STATE_HOME")
-    if xdg_state:
-        return Path(xdg_state).expanduser() / "sm120"
-    return Path.home() / ".local" / "state" / "sm120"
 
 
 def deployments_root() -> Path:

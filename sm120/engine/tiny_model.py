@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
+from sm120.core.paths import sm120_home
 from sm120.engine.engine_env import Progress, stream_command
-from sm120.engine.state import sm120_home
 
 # Run by path under the engine's Python: that interpreter has torch, sm120's does not.
 BUILDER_SCRIPT = Path(__file__).with_name("tiny_model_builder.py")

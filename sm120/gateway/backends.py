@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm120.core.net import client_url
-from sm120.deploy.find import runtime_for
 from sm120.deploy.monitoring import monitor_files
-from sm120.deploy.secrets import key_path, read_api_key
+from sm120.engine.find import runtime_for
 from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.secrets import key_path, read_api_key
 from sm120.engine.state import StateError, deployments_root, is_deployment_name, load_state
 from sm120.monitor.files import load_launch_spec
 

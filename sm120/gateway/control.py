@@ -21,7 +21,7 @@ import httpx
 from sm120.core.errors import SM120Error
 from sm120.core.net import check_host, client_url, exposure_warning
 from sm120.core.pidlock import end_holder
-from sm120.deploy.ports import ensure_port_free
+from sm120.core.ports import ensure_port_free
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
 

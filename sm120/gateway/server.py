@@ -14,7 +14,7 @@ from aiohttp import web
 
 from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.secrets import read_api_key
 from sm120.gateway.actions import EngineActions
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig

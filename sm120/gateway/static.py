@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120.core.errors import SM120Error
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.secrets import read_api_key
 from sm120.gateway.backends import Backend
 
 BACKENDS_HINT = 'write {"backends": [{"model", "service", "url", "key_file"}, ...]}'

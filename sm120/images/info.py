@@ -67,7 +67,7 @@ def _from_image(image: Any, what: str) -> ImageInfo | None:
 
 
 def _deployment_container(client: Any, name: str | None) -> Any | None:
-    from sm120.deploy.find import find_deployment
+    from sm120.engine.find import find_deployment
     from sm120.engine.state import is_deployment_name, load_state
 
     if name is not None and not is_deployment_name(name):

@@ -1,4 +1,4 @@
-"""Turn engine log lines into typed events (sm120/monitor/events.py), fast.
+"""Turn engine log lines into typed events (sm120/logs/events.py), fast.
 
 Reads vLLM logs from 0.6 to today: V0 and V1 engines, "Pending" (old) and "Waiting",
 `(APIServer pid=1)` / `(EngineCore_DP0 pid=7)` / `(Worker_TP0 pid=9)` process prefixes,
@@ -31,8 +31,7 @@ from functools import lru_cache
 from typing import TextIO
 
 from sm120.core.errors import SM120Error
-from sm120.logs.prefilter import alternation, prefix_closure, rare_anchor, required_literal
-from sm120.monitor.events import (
+from sm120.logs.events import (
     CudaGraphs,
     EngineInit,
     Event,
@@ -48,6 +47,7 @@ from sm120.monitor.events import (
     SpecDecode,
     Stats,
 )
+from sm120.logs.prefilter import alternation, prefix_closure, rare_anchor, required_literal
 
 # Real escape sequences, plus the two ways they reach a log once the ESC byte is lost or
 # spelled out by a copy-paste ("[1;36m", "ESC[1;36m", "^[[1;36m").

@@ -117,8 +117,8 @@ def load_plan(state: DeploymentState) -> dict[str, Any] | None:
 
 
 def target_for_deployment(name: str | None) -> Target:
-    from sm120.deploy.find import find_deployment
-    from sm120.deploy.secrets import read_api_key
+    from sm120.engine.find import find_deployment
+    from sm120.engine.secrets import read_api_key
 
     state = find_deployment(name)
     plan = load_plan(state) or {}

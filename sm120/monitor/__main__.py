@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key-file", help="file holding the server's API key, with --url")
     args = parser.parse_args(argv)
     from sm120.core.errors import SM120Error
-    from sm120.deploy.secrets import read_api_key
+    from sm120.engine.secrets import read_api_key
     from sm120.monitor.files import MonitorFiles
     from sm120.monitor.process import serve
 

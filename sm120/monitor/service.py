@@ -22,12 +22,12 @@ import httpx
 
 from sm120.core.errors import SM120Error
 from sm120.engine.gpu_readings import GpuReading, GpuSource, default_source
+from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo
 from sm120.logs.failures import Diagnoser
 from sm120.logs.phases import StartupTracker
 from sm120.monitor.diagnostics import capture_wedge
 from sm120.monitor.files import MonitorFiles, MonitorSettings
-from sm120.monitor.follow import LogFollower
 from sm120.monitor.gpu_activity import describe_gpus
 from sm120.monitor.metrics import (
     MetricsError,

@@ -12,9 +12,9 @@ import httpx
 
 from sm120.core.errors import SM120Error
 from sm120.core.net import client_url, is_ipv6
-from sm120.deploy.find import runtime_for
-from sm120.deploy.secrets import read_api_key
+from sm120.engine.find import runtime_for
 from sm120.engine.runtime.base import ExitInfo
+from sm120.engine.secrets import read_api_key
 from sm120.engine.state import DeploymentState, deployment_lock, load_state
 from sm120.monitor.files import MonitorFiles, load_launch_spec
 

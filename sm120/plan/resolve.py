@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from sm120.core.errors import PlanError
 from sm120.core.net import check_host
+from sm120.core.paths import sm120_home
 from sm120.core.suggest import did_you_mean
 from sm120.plan.derive import derive_index_topk_pattern, hf_overrides_with_pattern, read_config
 from sm120.plan.overrides import Assignment, parse_assignment
@@ -438,8 +439,6 @@ def _apply_layout(work: _Work) -> None:
 
 def _default_model_dir(work: _Work) -> str | None:
     if work.model.get("generated") == "tiny":
-        from sm120.engine.state import sm120_home  # deferred: keeps --help fast
-
         return str(sm120_home() / "models" / "tiny")
     return None
 

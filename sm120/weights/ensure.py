@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
-from sm120.engine.state import sm120_home
+from sm120.core.paths import sm120_home
 from sm120.plan.resolve import LaunchPlan, PlanRequest
 from sm120.weights.download import (
     COMMIT,

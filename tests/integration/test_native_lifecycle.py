@@ -294,9 +294,9 @@ def test_sigint_during_the_wait_cleans_up(tmp_path: Path, tiny_model: Path) -> N
 
 def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
     """No engine anywhere: a 'no' at the prompt installs nothing and starts nothing."""
+    from sm120.deploy.checked import checked_plan
     from sm120.deploy.launcher import LaunchError, LaunchOptions, launch
     from sm120.engine.runtime.native import NativeRuntime
-    from sm120.plan.checks import checked_plan
     from sm120.plan.resolve import PlanRequest
 
     questions: list[str] = []

@@ -3,7 +3,7 @@
 Docker keeps the container's output; this process copies it into the deployment's serve.log
 as it is written, so `sm120 logs`, the launcher's phase tracking and the monitor read one file
 whatever the runtime. It goes through the same rotating, exactly-once capture as a native
-run's supervisor (sm120.monitor.capture): serve.log rotates at 100 MB, and a re-attach - after
+run's supervisor (sm120.engine.log_capture): serve.log rotates at 100 MB, and a re-attach - after
 the restart policy restarted the container, or after this process itself was killed and
 started again - neither loses nor repeats a line, because every line carries Docker's
 timestamp and the capture's cursor remembers the last one written. When the container stops
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from sm120.engine import docker_api
-from sm120.engine.state import write_private_atomically
-from sm120.monitor.capture import (
+from sm120.engine.log_capture import (
     DEFAULT_BACKUPS,
     DEFAULT_MAX_BYTES,
     Capture,
     LogChunk,
     RotatingLogWriter,
 )
+from sm120.engine.state import write_private_atomically
 
 # How long an exited container gets to be restarted by its restart policy before the exit
 # counts as final.

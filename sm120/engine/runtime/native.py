@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
+from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.engine.runtime.processes import (
     OwnedGroup,
@@ -28,7 +29,6 @@ from sm120.engine.runtime.processes import (
     start_ticks,
 )
 from sm120.engine.state import DeploymentState, deployment_dir, load_state, private_dir, save_state
-from sm120.monitor.follow import LogFollower
 
 SUPERVISOR_MODULE = "sm120.engine.runtime.supervise"
 EXIT_FILE = "exit.json"

@@ -8,7 +8,7 @@ starts ARGV, forwards the SIGTERM/SIGINT/SIGHUP it receives, waits, writes
 {"returncode", "signal", "ended_at"} atomically to FILE and exits with the child's code.
 
 With --log it also owns the engine's output: stdout and stderr come through a pipe and go
-to LOG through sm120.monitor.capture, rotated at 100 MB with a few backups kept. Being the
+to LOG through sm120.engine.log_capture, rotated at 100 MB with a few backups kept. Being the
 engine's parent, it sees every byte, and it drains the pipe before recording the exit, so
 a reader that stops at the exit record has seen every line.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from sm120.monitor.capture import Capture, ProcessOutputSource, RotatingLogWriter
+from sm120.engine.log_capture import Capture, ProcessOutputSource, RotatingLogWriter
 
 USAGE = "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..."
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sm120.core.net import exposure_warning
+from sm120.deploy.checked import CheckedPlan, plan_document
 
 # The single-host launcher's steps, reused as they are (same checks, same READY probe).
 from sm120.deploy.launcher import (
@@ -31,13 +32,13 @@ from sm120.deploy.launcher import (
     refuse_or_replace,
     wait_and_smoke,
 )
-from sm120.deploy.secrets import ensure_api_key, read_api_key
 from sm120.engine.cluster.node import Node, NodeError, StartRequest
 from sm120.engine.cluster.nodes import make_nodes
 from sm120.engine.cluster.preflight import check, probe_all, probe_requests
 from sm120.engine.cluster.record import ClusterRecord, StartedProcess, save_record
 from sm120.engine.cluster.runtime import RUNTIME_NAME, ClusterRuntime
 from sm120.engine.runtime.processes import start_ticks
+from sm120.engine.secrets import ensure_api_key, read_api_key
 from sm120.engine.state import (
     DeploymentState,
     clear_state,
@@ -48,7 +49,6 @@ from sm120.engine.state import (
     write_private_atomically,
 )
 from sm120.measure.target import save_plan
-from sm120.plan.checks import CheckedPlan, plan_document
 from sm120.plan.resolve import LaunchPlan
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import NodeAddress, NodeLaunch, NodeProcess, render_nodes

@@ -9,8 +9,9 @@ from typing import Any
 from sm120.core.errors import PlanError, RuleViolation
 from sm120.core.net import http_url
 from sm120.core.suggest import did_you_mean
+from sm120.doctor.detect import detect
 from sm120.plan.fit.roofline import roofline_or_reason
-from sm120.plan.hardware import Hardware, assumed, detect
+from sm120.plan.hardware import Hardware, assumed
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.plan.rules import RuleResult, evaluate, failures, rule_ids
 from sm120.recipe.schema import Published
