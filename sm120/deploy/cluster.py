@@ -32,6 +32,7 @@ from sm120.deploy.launcher import (
     refuse_or_replace,
     wait_and_smoke,
 )
+from sm120.deploy.monitoring import prepare_watch_only, start_for
 from sm120.engine.cluster.node import Node, NodeError, StartRequest
 from sm120.engine.cluster.nodes import make_nodes
 from sm120.engine.cluster.preflight import check, probe_all, probe_requests
@@ -163,8 +164,6 @@ def _launch_cluster_locked(
         clear_state(options.name)
         raise
     if options.monitor:
-        from sm120.deploy.monitoring import prepare_watch_only, start_for
-
         prepare_watch_only(plan, options.name, RUNTIME_NAME)
         ready.monitor_pid = start_for(options.name)
     return ready

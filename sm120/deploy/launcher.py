@@ -16,9 +16,13 @@ from sm120.core.errors import SM120Error
 from sm120.core.net import client_url, exposure_warning, http_url
 from sm120.core.ports import ensure_port_free
 from sm120.deploy.checked import CheckedPlan, plan_document
-from sm120.deploy.monitoring import keep_launch_spec
+from sm120.deploy.containers import docker_spec
+from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for, stop_for
 from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
+from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
+from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
 from sm120.engine.secrets import ensure_api_key, read_api_key
@@ -29,6 +33,7 @@ from sm120.engine.state import (
     deployment_lock,
     load_state,
 )
+from sm120.engine.tiny_model import ensure_tiny_model
 from sm120.logs.phases import PhaseUpdate
 from sm120.measure.target import save_plan
 from sm120.plan.resolve import LaunchPlan
@@ -77,7 +82,6 @@ def running_deployment(name: str, replace: bool) -> DeploymentState | None:
     existing = load_state(name)
     if existing is None:
         return None
-    from sm120.engine.find import runtime_for
 
     # The deployment may run under another runtime than the one asked for now.
     if not runtime_for(existing).status(existing).running:
@@ -94,8 +98,6 @@ def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
     existing = load_state(options.name)
     if existing is None:
         return
-    from sm120.deploy.monitoring import stop_for
-    from sm120.engine.find import runtime_for
 
     running = running_deployment(options.name, options.replace) is not None
     # The monitor goes first, or its watchdog could restart what is being replaced; it may
@@ -115,7 +117,6 @@ def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) 
             f"the native runtime runs vLLM; {plan.recipe} uses {plan.engine}",
             "serve it in its container (the Docker runtime)",
         )
-    from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
 
     # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
     allow = plan.model.generated == "tiny"
@@ -137,7 +138,6 @@ def preflight_or_stop(
 ) -> None:
     """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
     a blocking finding stops the launch before anything starts."""
-    from sm120.doctor import preflight
 
     findings = preflight(plan, engine_python=python, replacing=replacing)
     for finding in findings:
@@ -155,8 +155,6 @@ def preflight_or_stop(
 def model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
     """Build the tiny model if the plan wants it; refuse a plan that still lacks a value."""
     if plan.model.generated == "tiny" and plan.model_dir:
-        from sm120.engine.tiny_model import ensure_tiny_model
-
         ensure_tiny_model(Path(python), Path(plan.model_dir), progress)
     if plan.pending:
         raise LaunchError(
@@ -200,8 +198,6 @@ def _prepare(
     plan: LaunchPlan, runtime: Runtime, options: LaunchOptions, progress: Progress
 ) -> LaunchSpec:
     if runtime.kind == "docker":
-        from sm120.deploy.containers import docker_spec
-
         return docker_spec(
             getattr(runtime, "client"),  # noqa: B009 - only the Docker runtime has one
             plan,
@@ -260,8 +256,6 @@ def _launch_locked(
         clear_state(options.name)
         raise
     if options.monitor:
-        from sm120.deploy.monitoring import prepare_monitor, start_for
-
         prepare_monitor(plan, spec, state.runtime)
         ready.monitor_pid = start_for(options.name)
     else:

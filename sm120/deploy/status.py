@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from sm120.core.net import client_url, http_url
+from sm120.engine.cluster.record import load_record
 from sm120.engine.find import runtime_for
 from sm120.engine.log_follow import tail_lines as follow_tail
 from sm120.engine.secrets import read_api_key
@@ -68,8 +69,6 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         "container": state.container_id[:12] if state.container_id else None,
     }
     if state.runtime == "cluster":
-        from sm120.engine.cluster.record import load_record
-
         record = load_record(state.name)
         row["nodes"] = [str(node["host"]) for node in record.nodes] if record else []
     if current.running:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from sm120.core.errors import SM120Error
+from sm120.engine.cluster.runtime import ClusterRuntime
 from sm120.engine.runtime.base import Runtime
+from sm120.engine.runtime.docker import DockerRuntime
+from sm120.engine.runtime.native import NativeRuntime
 from sm120.engine.state import DeploymentState, list_states, load_state
 
 
@@ -12,17 +15,11 @@ class NoDeployment(SM120Error):
 
 
 def runtime_for(state: DeploymentState) -> Runtime:
-    from sm120.engine.runtime.native import NativeRuntime
-
     if state.runtime == "native":
         return NativeRuntime()
     if state.runtime == "docker":
-        from sm120.engine.runtime.docker import DockerRuntime
-
         return DockerRuntime()
     if state.runtime == "cluster":
-        from sm120.engine.cluster.runtime import ClusterRuntime
-
         return ClusterRuntime()
     raise NoDeployment(
         f"deployment {state.name} uses unknown runtime '{state.runtime}'", "upgrade sm120"

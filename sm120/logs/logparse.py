@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import TextIO
 
 from sm120.core.errors import SM120Error
+from sm120.logs import failures as failure_catalogue
 from sm120.logs.events import (
     CudaGraphs,
     EngineInit,
@@ -329,11 +330,10 @@ class _RuleSet:
 
 @lru_cache(maxsize=8)
 def _rule_set(sm: int | None) -> _RuleSet:
-    from sm120.logs.failures import load_catalogue
-
     rules = list(EVENT_RULES)
     unkeyed: list[int] = []
-    for mode in load_catalogue().values():
+    # Looked up at call time, so a test can hand in its own catalogue.
+    for mode in failure_catalogue.load_catalogue().values():
         wrong_gpu = bool(mode.only_on_sm) and sm is not None and sm not in mode.only_on_sm
         if not mode.signatures or wrong_gpu:
             continue

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sm120.core.errors import PlanError
+from sm120.core.suggest import did_you_mean
 from sm120.recipe.schema import HardwareSpec
 
 KNOWN_ARCHS = ("sm_120", "sm_121", "sm_100", "sm_90", "sm_89", "sm_80", "cpu")
@@ -40,8 +41,6 @@ def declared(gpus: int | None, arch: str | None) -> Hardware | None:
     if gpus is None and arch is None:
         return None
     if arch is not None and arch not in KNOWN_ARCHS:
-        from sm120.core.suggest import did_you_mean
-
         raise PlanError(
             f"unknown --arch '{arch}'{did_you_mean(arch, KNOWN_ARCHS)}",
             f"use one of {', '.join(KNOWN_ARCHS)}",
