@@ -1,7 +1,8 @@
 """The one error type users see: a one-line message plus a hint naming the next step.
 
-The CLI maps every SM120Error to one line on stderr and exit code 2; anything else is a
-bug and gets a traceback only with SM120_DEBUG=1.
+The CLI maps every SM120Error to one line on stderr and exit code 2, in one place
+(sm120.cli.errors); with SM120_DEBUG=1 it re-raises it, traceback and all. Any other
+exception is a bug and always ends in its traceback.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Serving for real: launch, wait, smoke-test, and find running deployments again."""
+"""Serving for real: launch (one host or many), wait, smoke-test, chat, status and stop."""

@@ -1,7 +1,10 @@
-"""The one module that talks to Docker (through the docker SDK).
+"""The local Docker engine, through the docker SDK: runtimes, builds and image queries.
 
-Everything else hands plain data in (the renderer's `containers.run` arguments, a build
-context) and gets plain data or SDK objects back, so tests can pass a real engine or skip it.
+Two other places reach Docker: a multi-node run's Docker node talks to its host's engine
+with the SDK over ssh:// (sm120.engine.cluster.docker_node), and doctor runs the docker CLI
+read-only, as a user would (sm120.doctor.host_checks). Callers of this module hand plain
+data in (the renderer's `containers.run` arguments, a build context) and get plain data or
+SDK objects back, so tests can pass a real engine or skip it.
 """
 
 from __future__ import annotations

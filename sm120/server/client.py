@@ -1,8 +1,15 @@
-"""The one module that talks HTTP to an OpenAI-compatible server (vLLM, SGLang).
+"""The client for an OpenAI-compatible server's API (vLLM, SGLang): models, chat, health.
 
-Everything else receives a `ServerClient`, so tests can point it at a scripted server. The
-API key goes into the Authorization header and nowhere else: not into messages, hints or
-reprs, and any server text quoted in an error has it masked.
+Commands that use the API receive a `ServerClient`, so tests can point it at a scripted
+server. It is not the only HTTP in sm120 (yet): the benchmarks stream through
+sm120.server.wire, the monitor scrapes /metrics and probes /health (sm120.monitor.service,
+.metrics, .target), `status` and the gateway probe /health (sm120.deploy.status,
+sm120.gateway.control), `build --refresh-pins` / `recipes updates` ask registries and PyPI
+(sm120.images.pins, .updates), and the load generator and the gateway's proxy use aiohttp
+(sm120.measure.load, sm120.gateway.proxy, .actions).
+
+The API key goes into the Authorization header and nowhere else: not into messages, hints
+or reprs, and any server text quoted in an error has it masked.
 """
 
 from __future__ import annotations
