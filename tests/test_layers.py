@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# The repository: found upward, so the file may move under tests/<package>/.
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 
 
 def lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
