@@ -1,2 +1,2 @@
-"""The one HTTP door to an OpenAI-compatible server (client.py) and the wire format
-the benchmarks stream with (wire.py)."""
+"""Talking to an OpenAI-compatible server: the API client (client.py) and the streaming wire
+the benchmarks use (wire.py)."""
