@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 

@@ -204,7 +204,7 @@ def print_positions(positions: Positions) -> None:
 
 
 def request_level(length: int, args: argparse.Namespace) -> dict[str, Any]:
-    from sm120.engine_env import resolve_engine_python
+    from sm120.engine.engine_env import resolve_engine_python
 
     target = target_for_deployment(None)
     python = resolve_engine_python(None, allow_provision=False, progress=print)

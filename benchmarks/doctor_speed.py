@@ -44,7 +44,7 @@ def main() -> None:
 
     from sm120.doctor import preflight
     from sm120.doctor.capture import parse_text
-    from sm120.plan import PlanRequest, resolve
+    from sm120.plan.resolve import PlanRequest, resolve
 
     plan = resolve(PlanRequest(recipe="tiny", port=18999))
     texts = [p.read_text() for p in sorted(CORPUS.glob("*.txt"))]

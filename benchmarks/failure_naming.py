@@ -1,6 +1,6 @@
 """How well failures are named in real public logs, and false alarms on healthy ones.
 
-Runs the naming of sm120/diagnosis/naming.py over every labelled log of
+Runs the naming of sm120/logs/diagnosis/naming.py over every labelled log of
 tests/data/failure_logs/cases.yaml (real excerpts from vLLM, SGLang, NCCL, Ray, Dynamo and
 TensorRT-LLM threads) and over every healthy capture of tests/data/vllm_logs/ (including the
 tiny engine's own start on this machine), then prints each miss and the score.
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sm120.diagnosis.scoring import Score, healthy_captures, load_cases, score
+from sm120.logs.diagnosis.scoring import Score, healthy_captures, load_cases, score
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 CASES = DATA / "failure_logs" / "cases.yaml"

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 from bare_engine import free_port
 
-from sm120.tiny_model import ensure_tiny_model
+from sm120.engine.tiny_model import ensure_tiny_model
 
 PROMPT = "Write a long list of fruit, one per line."
 

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sm120.plan import PlanRequest
+from sm120.plan.resolve import PlanRequest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -163,7 +163,7 @@ def step_doctor(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def tiny_model(args: argparse.Namespace, work: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(Path(args.vllm_python), work / "tiny", log)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from bare_engine import bare_ready, free_port
 
-from sm120.plan import PlanRequest
-from sm120.tiny_model import ensure_tiny_model
+from sm120.engine.tiny_model import ensure_tiny_model
+from sm120.plan.resolve import PlanRequest
 
 # One key for both sides and every start: vLLM hashes VLLM_API_KEY into its compile-cache key
 # (benchmarks/bare_engine.py), and a deployment keeps its key from one launch to the next.

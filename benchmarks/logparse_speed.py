@@ -24,8 +24,8 @@ import os
 import time
 from pathlib import Path
 
-from sm120.monitor.events import Event
-from sm120.monitor.logparse import LogParser
+from sm120.logs.events import Event
+from sm120.logs.logparse import LogParser
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm_logs"
 STARTUP = "v0.11.0rc2_compose_rocm_startup.log"

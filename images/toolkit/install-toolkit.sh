@@ -40,5 +40,5 @@ printf '%s\n' "$root" >"$site/sm120.pth"
 printf '%s\n' "$engine" >"$root/engine-python"
 after=$(inventory)
 [ "$before" = "$after" ] || die "the toolkit install changed the engine's environment"
-"$venv/bin/python" -c 'import sm120.plan, sm120.images.verify'
+"$venv/bin/python" -c 'import sm120.plan.resolve, sm120.images.verify'
 echo "install-toolkit: toolkit in $venv (Python $version), engine $engine untouched" >&2

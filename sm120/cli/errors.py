@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import typer
 
 from sm120.cli.bounds import check_options, numeric_options
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 F = TypeVar("F", bound=Callable[..., Any])
 

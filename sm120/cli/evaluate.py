@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sm120.cli.errors import cli_errors
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
     from sm120.measure.lmeval import EvalSettings
@@ -46,6 +46,7 @@ def gsm8k(
     as_json: bool = typer.Option(False, "--json", help="Scores as JSON on stdout."),
 ) -> None:
     """GSM8K exact match, as the seeds validate builds (5-shot, 200 problems by default)."""
+    from sm120.core.paths import sm120_home
     from sm120.measure.lmeval import (
         latest_results,
         lm_eval_command,
@@ -54,7 +55,6 @@ def gsm8k(
         scores,
     )
     from sm120.measure.target import find_target
-    from sm120.state import sm120_home
 
     settings = _settings(limit, fewshot, concurrency, api, min_score)
     if not dry_run:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from sm120.cli.errors import cli_errors
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
     from sm120.measure.cases import Case

@@ -42,12 +42,12 @@ def start(
     ),
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
+    from sm120.core.net import client_url, exposure_warning
+    from sm120.core.ports import ensure_port_free
     from sm120.gateway.config import GatewayConfig
     from sm120.gateway.control import check_config, start_gateway
     from sm120.gateway.files import ensure_gateway_key, gateway_files
     from sm120.gateway.server import serve
-    from sm120.lifecycle.ports import ensure_port_free
-    from sm120.net import client_url, exposure_warning
 
     config = GatewayConfig(host, port, max_awake, swap_wait)
     files = gateway_files()

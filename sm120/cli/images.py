@@ -20,14 +20,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _plan(recipe: str, variant: list[str]):  # type: ignore[no-untyped-def]
-    from sm120.plan import PlanRequest, resolve
+    from sm120.plan.resolve import PlanRequest, resolve
 
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
     return resolve(PlanRequest(recipe=recipe, variants=variants, environ=dict(os.environ)))
 
 
 def _build_args(pairs: list[str]) -> dict[str, str]:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
 
     args: dict[str, str] = {}
     for pair in pairs:
@@ -91,7 +91,7 @@ def build(
         described, _ = plan_build(plan, options)
         typer.echo(json.dumps(described.as_dict(), indent=2))
         return
-    from sm120 import docker_api
+    from sm120.engine import docker_api
 
     require_locks(plan)  # before Docker: a missing lock is the first thing to fix
     result = build_image(docker_api.connect(), plan, options, _progress)
@@ -200,7 +200,7 @@ def compose(
     to them by model, and their keys in secrets/ beside the file (see docs/gateway.md)."""
     if len(recipes) > 1 or "=" in recipes[0] or ports or gpus or host_network:
         if variant or model_dir or port is not None:
-            from sm120.errors import SM120Error
+            from sm120.core.errors import SM120Error
 
             raise SM120Error(
                 "--variant, --model-dir and --port apply to one recipe, not a project",
@@ -218,7 +218,7 @@ def compose(
         )
         _compose_project(request, output)
         return
-    from sm120.plan import PlanRequest, resolve
+    from sm120.plan.resolve import PlanRequest, resolve
     from sm120.render.compose import render_compose_file
 
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
@@ -232,7 +232,7 @@ def compose(
         try:
             output.write_text(text, encoding="utf-8")
         except OSError as exc:
-            from sm120.errors import SM120Error
+            from sm120.core.errors import SM120Error
 
             raise SM120Error(
                 f"cannot write {output}: {exc.strerror or exc}",
@@ -244,7 +244,7 @@ def compose(
 def _compose_project(request, output: Path | None) -> None:  # type: ignore[no-untyped-def]
     from sm120.compose.members import build_project
     from sm120.compose.write import write_project
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
 
     if output is None:
         raise SM120Error(

@@ -14,10 +14,10 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
-    from sm120.checks import CheckedPlan
     from sm120.cli.serving import GateRequest
-    from sm120.plan import LaunchPlan as PlanT
-    from sm120.plan import PlanRequest
+    from sm120.deploy.checked import CheckedPlan
+    from sm120.plan.resolve import LaunchPlan as PlanT
+    from sm120.plan.resolve import PlanRequest
     from sm120.render.multinode import NodeAddress, NodeLaunch
 
 
@@ -36,8 +36,8 @@ def _request(
     env_file: Path | None,
     no_think: bool,
 ) -> PlanRequest:
-    from sm120.dotenv import read_dotenv
-    from sm120.plan import PlanRequest
+    from sm120.core.dotenv import read_dotenv
+    from sm120.plan.resolve import PlanRequest
 
     dotenv_path = env_file or (Path(".env") if Path(".env").is_file() else None)
     return PlanRequest(
@@ -125,13 +125,13 @@ def launch(
     ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
-    from sm120.checks import checked_plan, plan_document
-    from sm120.hardware import declared
+    from sm120.deploy.checked import checked_plan, plan_document
+    from sm120.plan.hardware import declared
 
     gate_request = _gate_request(gate, keep_on_fail, gate_max_tokens)
     count, placement = _gpu_choice(gpus)
     if placement is not None:
-        from sm120.placement.gpus import PLACEMENT_ENV, placement_set
+        from sm120.plan.placement import PLACEMENT_ENV, placement_set
 
         sets = [*sets, f"env.{PLACEMENT_ENV}={placement_set(placement)}"]
     if restart is not None:
@@ -142,26 +142,27 @@ def launch(
     request = _request(recipe, variant, sets, model_dir, port, host, force, env_file, no_think)
     addresses = None
     if nodes is not None:
-        from sm120.cluster.hosts import parse_nodes
+        from sm120.engine.cluster.hosts import parse_nodes
 
         addresses = parse_nodes(nodes)
     hardware = declared(count, arch)
     if placement is not None:
-        from sm120.placement.check import placed_hardware
+        from sm120.deploy.placement import placed_hardware
 
         hardware = placed_hardware(placement, arch)
     # Nodes of a multi-node plan are checked one by one at launch, not against this machine.
     if hardware is None and not dry_run and addresses is None:
-        from sm120.hardware import Hardware, detect
+        from sm120.doctor.detect import detect
+        from sm120.plan.hardware import Hardware
 
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     _check_runtime(runtime, network)
     checked = checked_plan(request, hardware)
     if placement is not None:
-        from sm120.placement.check import check_placeable
+        from sm120.deploy.placement import check_placeable
 
         check_placeable(checked.plan, placement)
-    from sm120.lifecycle.monitoring import check_restart_policy
+    from sm120.deploy.monitoring import check_restart_policy
 
     check_restart_policy(checked.plan, monitor=not no_monitor, multinode=addresses is not None)
     launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
@@ -186,15 +187,15 @@ def launch(
             raise typer.Exit(1)
         return
     if addresses is None:
-        from sm120.cluster.hosts import require_nodes
+        from sm120.engine.cluster.hosts import require_nodes
 
         require_nodes(checked.plan)
     checked.raise_on_failure()
     if addresses is not None:
         from sm120.cli.serving import serve
-        from sm120.cluster.launch import ClusterRequest
-        from sm120.errors import SM120Error
-        from sm120.lifecycle.launcher import LaunchOptions
+        from sm120.core.errors import SM120Error
+        from sm120.deploy.cluster import ClusterRequest
+        from sm120.deploy.launcher import LaunchOptions
 
         if gate_request is not None:
             raise SM120Error("--gate is for one host", "run 'sm120 test' once READY instead")
@@ -208,21 +209,21 @@ def launch(
         )
         cluster = ClusterRequest(addresses, runtime, tuple(ssh_option))
         raise typer.Exit(serve(checked, options, foreground=foreground, cluster=cluster))
-    from sm120.lifecycle.launcher import preflight_or_stop, running_deployment
+    from sm120.deploy.launcher import preflight_or_stop, running_deployment
 
     # A second launch of a running deployment is refused before anything long starts.
     replacing = running_deployment(name or checked.plan.recipe, replace) is not None
     # Will it run here at all, before fetching hundreds of GB of weights for it. Declared
     # hardware (--gpus/--arch) replaces what this machine has, so its checks are moot then.
     if placement is not None:
-        from sm120.placement.check import check_no_overlap
+        from sm120.deploy.placement import check_no_overlap
 
         check_no_overlap(placement, name or checked.plan.recipe)
     if count is None and arch is None:
         preflight_or_stop(checked.plan, None, _progress_line, replacing=replacing)
     checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
-    from sm120.lifecycle.launcher import LaunchOptions
+    from sm120.deploy.launcher import LaunchOptions
 
     options = LaunchOptions(
         name=name or checked.plan.recipe,
@@ -244,8 +245,8 @@ NETWORKS = ("bridge", "host")
 
 
 def _check_runtime(runtime: str, network: str) -> None:
-    from sm120.errors import SM120Error
-    from sm120.suggest import did_you_mean
+    from sm120.core.errors import SM120Error
+    from sm120.core.suggest import did_you_mean
 
     if runtime not in RUNTIMES:
         raise SM120Error(
@@ -262,8 +263,8 @@ def _check_runtime(runtime: str, network: str) -> None:
 def _container_preview(plan: PlanT, name: str | None, network: str) -> dict[str, object]:
     """The containers.run arguments launch would use; the image id is looked up if Docker is
     reachable, and the API key is never shown (it is generated at launch)."""
-    from sm120 import docker_api
-    from sm120.lifecycle.containers import placement
+    from sm120.deploy.containers import placement
+    from sm120.engine import docker_api
     from sm120.render.container import render_container
 
     image_id = None
@@ -276,7 +277,7 @@ def _container_preview(plan: PlanT, name: str | None, network: str) -> dict[str,
 
 def _weights_dir(request: PlanRequest, checked: CheckedPlan) -> tuple[PlanRequest, CheckedPlan]:
     """With no model dir chosen, a downloadable checkpoint lives in sm120's folder for it."""
-    from sm120.checks import checked_plan
+    from sm120.deploy.checked import checked_plan
     from sm120.weights.ensure import with_managed_dir
 
     managed = with_managed_dir(request, checked.plan)
@@ -288,8 +289,8 @@ def _weights_dir(request: PlanRequest, checked: CheckedPlan) -> tuple[PlanReques
 def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> CheckedPlan:
     """Serve complete weights: fetch what is missing (asking unless --yes), then resolve
     again so values derived from the checkpoint's config.json enter the plan."""
-    from sm120.checks import checked_plan
     from sm120.cli.weights import weights_for_launch
+    from sm120.deploy.checked import checked_plan
 
     if weights_for_launch(checked.plan, yes) is None:
         return checked
@@ -301,7 +302,7 @@ def _complete_weights(request: PlanRequest, checked: CheckedPlan, yes: bool) -> 
 def _gpu_choice(gpus: str | None) -> tuple[int | None, tuple[int, ...] | None]:
     """--gpus as a count (range-checked as every numeric option is) or a GPU set."""
     from sm120.cli.bounds import BOUNDS, check_number
-    from sm120.placement.gpus import parse_gpus
+    from sm120.plan.placement import parse_gpus
 
     if gpus is None:
         return None, None
@@ -321,7 +322,7 @@ def _gate_request(
     """Checked before anything starts: a typo in a suite name must not cost a model load."""
     from sm120.cli.gates import split_suites
     from sm120.cli.serving import GateRequest
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.measure.cases import builtin_gates, select
 
     if not gate:
@@ -337,7 +338,7 @@ def _gate_request(
 def _node_launches(
     checked: CheckedPlan, addresses: list[NodeAddress], runtime: str
 ) -> list[NodeLaunch]:
-    from sm120.cluster.hosts import check_nodes_fit
+    from sm120.engine.cluster.hosts import check_nodes_fit
     from sm120.recipe.loader import load_recipe
     from sm120.render.compose import CONTAINER_MODEL_DIR
     from sm120.render.multinode import render_nodes

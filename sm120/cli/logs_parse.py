@@ -21,7 +21,7 @@ def parse(
     import json
     import sys
 
-    from sm120.monitor.logparse import LogParser, capped_text_lines, open_log
+    from sm120.logs.logparse import LogParser, capped_text_lines, open_log
 
     stream = open_log(file)
     parser = LogParser()

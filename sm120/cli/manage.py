@@ -9,7 +9,7 @@ import typer
 
 from sm120.cli import logs_parse
 from sm120.cli.errors import cli_errors
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 # `sm120 logs` shows the log; `sm120 logs parse FILE` reads events from any log.
 logs_app = typer.Typer()
@@ -37,11 +37,11 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
 ) -> None:
     """What runs, since when, where, and how healthy it is."""
+    from sm120.deploy.status import describe
+    from sm120.engine.find import find_deployment
+    from sm120.engine.state import list_states
     from sm120.gateway.control import gateway_status
     from sm120.gateway.files import gateway_files
-    from sm120.lifecycle.find import find_deployment
-    from sm120.lifecycle.status import describe
-    from sm120.state import list_states
 
     name = _one_name(deployment, name)
     states = [find_deployment(name)] if name else list_states()
@@ -106,8 +106,8 @@ def logs(
     """The engine's log (the file in the deployment's state dir)."""
     if ctx.invoked_subcommand is not None:
         return
-    from sm120.lifecycle.find import find_deployment, runtime_for
-    from sm120.lifecycle.status import tail_lines
+    from sm120.deploy.status import tail_lines
+    from sm120.engine.find import find_deployment, runtime_for
 
     state = find_deployment(name)
     tail, count = tail_lines(state.log_path, lines)
@@ -131,7 +131,7 @@ def stop(
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds before SIGKILL."),
 ) -> None:
     """Stop gracefully (SIGTERM, then SIGKILL after --timeout) and clean the state."""
-    from sm120.lifecycle.stop import stop_deployment
+    from sm120.deploy.stop import stop_deployment
 
     typer.echo(stop_deployment(_one_name(deployment, name), timeout).describe())
 

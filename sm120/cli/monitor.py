@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sm120.cli.errors import cli_errors
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
     from sm120.monitor.files import MonitorFiles
@@ -46,9 +46,9 @@ def _check_options(
 
 def _files_of(name: str | None) -> tuple[str, MonitorFiles]:
     """A deployment's monitor files; a stopped deployment keeps its history and peaks."""
-    from sm120.lifecycle.find import NoDeployment, find_deployment
+    from sm120.engine.find import NoDeployment, find_deployment
+    from sm120.engine.state import check_deployment_name, deployments_root
     from sm120.monitor.files import MonitorFiles
-    from sm120.state import check_deployment_name, deployments_root
 
     if name:
         root = deployments_root() / check_deployment_name(name)

@@ -11,7 +11,7 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
-    from sm120.planner.recommend import Report
+    from sm120.plan.fit.recommend import Report
 
 
 def register(app: typer.Typer) -> None:
@@ -43,11 +43,11 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict weights and KV per GPU, the longest context and concurrency (exit 1: F08)."""
-    from sm120.errors import PlanError
-    from sm120.plan import PlanRequest, resolve
-    from sm120.planner.dims import load_dims
-    from sm120.planner.memory import build_spec, planned_layout
-    from sm120.planner.recommend import build_report, mxfp4_weights_gib, report_document
+    from sm120.core.errors import PlanError
+    from sm120.plan.fit.dims import load_dims
+    from sm120.plan.fit.memory import build_spec, planned_layout
+    from sm120.plan.fit.recommend import build_report, mxfp4_weights_gib, report_document
+    from sm120.plan.resolve import PlanRequest, resolve
     from sm120.recipe.loader import load_recipe
 
     if model_dir is not None and not Path(model_dir).expanduser().is_dir():
@@ -81,7 +81,7 @@ def _show(report: Report, recipe: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sm120.planner.dims import GIB
+    from sm120.plan.fit.dims import GIB
 
     spec, planned = report.spec, report.planned
     context = spec.context

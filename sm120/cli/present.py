@@ -9,11 +9,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sm120.checks import CheckedPlan, performance_document
+from sm120.core.net import http_url
+from sm120.deploy.checked import CheckedPlan, performance_document
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
-from sm120.net import http_url
-from sm120.plan import LaunchPlan, PlanRequest, resolve
+from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env

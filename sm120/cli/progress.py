@@ -7,8 +7,8 @@ from types import TracebackType
 from rich.console import Console
 from rich.status import Status
 
-from sm120.lifecycle.wait import PHASE_WORDS
-from sm120.phases import Phase, PhaseUpdate
+from sm120.deploy.wait import PHASE_WORDS
+from sm120.logs.phases import Phase, PhaseUpdate
 
 
 class PhaseProgress:

@@ -37,9 +37,9 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
 ) -> None:
     """The resolved plan of a recipe with the why of every setting."""
-    from sm120.checks import checked_plan, plan_document
     from sm120.cli.present import show_plan
-    from sm120.plan import PlanRequest
+    from sm120.deploy.checked import checked_plan, plan_document
+    from sm120.plan.resolve import PlanRequest
 
     checked = checked_plan(PlanRequest(recipe=name, variants=_split(variant)))
     if as_json:

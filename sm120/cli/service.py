@@ -1,7 +1,7 @@
 """`sm120 service print|install|uninstall NAME [launch options]`: a systemd unit per deployment.
 
 The launch options are parsed by `sm120 launch`'s own definition, so the unit carries
-exactly what `sm120 launch` would accept; the unit itself comes from sm120.lifecycle.service.
+exactly what `sm120 launch` would accept; the unit itself comes from sm120.deploy.service.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from sm120.cli.errors import cli_errors
 
 if TYPE_CHECKING:
-    from sm120.lifecycle.service import ServiceRequest
+    from sm120.deploy.service import ServiceRequest
 
 app = typer.Typer(
     help="Run a deployment as a systemd service (sm120 launch --foreground under systemd).",
@@ -33,8 +33,8 @@ def register(root: typer.Typer) -> None:
 def _launch_params(recipe: str, args: list[str]) -> dict[str, Any]:
     """What `sm120 launch RECIPE ARGS` would parse ARGS into; its errors, as one line."""
     from sm120.cli.launch import launch
-    from sm120.errors import SM120Error
-    from sm120.lifecycle.service import refuse_uncarried
+    from sm120.core.errors import SM120Error
+    from sm120.deploy.service import refuse_uncarried
 
     refuse_uncarried([arg.split("=", 1)[0] for arg in args if arg.startswith("-")])
     command = typer.main.get_command(_single(launch))
@@ -55,9 +55,10 @@ def _service_request(recipe: str, args: list[str], system: bool) -> ServiceReque
     import sys
 
     from sm120.cli.launch import _check_runtime, _request
-    from sm120.lifecycle.service import ServiceRequest
-    from sm120.plan import resolve
-    from sm120.state import check_deployment_name, sm120_home
+    from sm120.core.paths import sm120_home
+    from sm120.deploy.service import ServiceRequest
+    from sm120.engine.state import check_deployment_name
+    from sm120.plan.resolve import resolve
 
     params = _launch_params(recipe, args)
     _check_runtime(params["runtime"], params["network"])
@@ -98,7 +99,7 @@ def print_unit(
     system: bool = typer.Option(False, "--system", help=SYSTEM_HELP),
 ) -> None:
     """Print the unit for `sm120 launch NAME [launch options]`; writes nothing."""
-    from sm120.lifecycle.service import render_unit
+    from sm120.deploy.service import render_unit
 
     typer.echo(render_unit(_service_request(recipe, list(context.args), system)), nl=False)
 
@@ -115,7 +116,7 @@ def install(
     """Write the unit (0644), then print the systemctl commands that start it."""
     import os
 
-    from sm120.lifecycle.service import (
+    from sm120.deploy.service import (
         check_system_install,
         install_unit,
         render_unit,
@@ -149,7 +150,7 @@ def uninstall(
     """Remove a unit sm120 wrote, once disabled (systemctl disable --now first)."""
     import os
 
-    from sm120.lifecycle.service import (
+    from sm120.deploy.service import (
         check_system_install,
         disable_command,
         is_ours,
@@ -179,7 +180,7 @@ def _start_or_say(commands: list[str], now: bool) -> None:
     if not now:
         typer.echo(f"start it: {' && '.join(commands)}")
         return
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
 
     if shutil.which("systemctl") is None:
         raise SM120Error("systemctl not found", f"run yourself: {' && '.join(commands)}")

@@ -10,21 +10,21 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from sm120.checks import CheckedPlan
 from sm120.cli.errors import report
 from sm120.cli.present import home_relative
 from sm120.cli.progress import PhaseProgress
-from sm120.errors import SM120Error
-from sm120.lifecycle.launcher import LaunchOptions, Ready, describe_failure, launch
-from sm120.lifecycle.wait import PHASE_WORDS, StartupFailed
-from sm120.net import http_url
-from sm120.phases import Phase
-from sm120.runtime.base import Runtime
-from sm120.runtime.native import NativeRuntime
-from sm120.state import clear_state, deployment_lock
+from sm120.core.errors import SM120Error
+from sm120.core.net import http_url
+from sm120.deploy.checked import CheckedPlan
+from sm120.deploy.launcher import LaunchOptions, Ready, describe_failure, launch
+from sm120.deploy.wait import PHASE_WORDS, StartupFailed
+from sm120.engine.runtime.base import Runtime
+from sm120.engine.runtime.native import NativeRuntime
+from sm120.engine.state import clear_state, deployment_lock
+from sm120.logs.phases import Phase
 
 if TYPE_CHECKING:
-    from sm120.cluster.launch import ClusterRequest
+    from sm120.deploy.cluster import ClusterRequest
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
@@ -51,7 +51,7 @@ def serve(
 ) -> int:
     engine_runtime: Runtime
     if cluster is not None:
-        from sm120.cluster.runtime import ClusterRuntime
+        from sm120.engine.cluster.runtime import ClusterRuntime
 
         # --runtime applies per node (SSH or Docker over ssh://), inside the cluster runtime.
         engine_runtime = ClusterRuntime()
@@ -64,7 +64,7 @@ def serve(
     try:
         with PhaseProgress(plan.recipe, timeout) as progress:
             if cluster is not None:
-                from sm120.cluster.launch import launch_cluster
+                from sm120.deploy.cluster import launch_cluster
 
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:
@@ -94,7 +94,7 @@ def serve(
 
 def _runtime(kind: str) -> Runtime:
     if kind == "docker":
-        from sm120.runtime.docker import DockerRuntime
+        from sm120.engine.runtime.docker import DockerRuntime
 
         return DockerRuntime()
     return NativeRuntime()
@@ -140,7 +140,7 @@ def run_launch_gate(ready: Ready, runtime: Runtime, gate: GateRequest) -> int:
     if gate.keep_on_fail:
         sys.stderr.write(f"Error: {failure}; the server keeps running (--keep-on-fail)\n")
         return 1
-    from sm120.lifecycle.monitoring import stop_for
+    from sm120.deploy.monitoring import stop_for
 
     # The monitor first, as `sm120 stop` does: it must not relaunch what the gate stops.
     stop_for(ready.state.name)
@@ -204,10 +204,10 @@ def _follow_until_interrupted(ready: Ready, runtime: Runtime) -> int:
     The engine ending on its own is a failure (1) after its leftovers are cleaned up; Ctrl-C
     or SIGTERM stops it through `sm120 stop`'s sequence and is a success (0). Under a monitor
     that restarts the server it follows the deployment through the restarts instead, and the
-    breaker giving up ends it with EXIT_GAVE_UP (sm120.lifecycle.foreground)."""
-    from sm120.lifecycle.foreground import EXIT_GAVE_UP, follow_deployment, monitor_restarts
-    from sm120.lifecycle.notify import notify
-    from sm120.lifecycle.stop import stop_deployment
+    breaker giving up ends it with EXIT_GAVE_UP (sm120.deploy.foreground)."""
+    from sm120.deploy.foreground import EXIT_GAVE_UP, follow_deployment, monitor_restarts
+    from sm120.deploy.notify import notify
+    from sm120.deploy.stop import stop_deployment
 
     state = ready.state
     # READY went to stdout above; whoever reads it through a pipe must see it now.

@@ -19,7 +19,7 @@ def validate(
     files: list[Path] = typer.Argument(None, help="Recipe files; all bundled recipes if none."),
 ) -> None:
     """Check recipe files against the schema, the flag catalogue and the rules."""
-    from sm120.recipe.validate import validate_files
+    from sm120.plan.validate import validate_files
 
     for line in validate_files(list(files or [])):
         typer.echo(line)

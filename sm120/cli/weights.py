@@ -14,8 +14,8 @@ import typer
 from sm120.cli.errors import cli_errors, report
 
 if TYPE_CHECKING:
-    from sm120.errors import SM120Error
-    from sm120.plan import LaunchPlan
+    from sm120.core.errors import SM120Error
+    from sm120.plan.resolve import LaunchPlan
     from sm120.weights.verify import WeightsReport
 
 
@@ -119,8 +119,8 @@ class DownloadProgress:
 
 
 def _plan(name: str, variant: list[str], model_dir: str | None) -> LaunchPlan:
-    from sm120.dotenv import read_dotenv
-    from sm120.plan import PlanRequest, resolve
+    from sm120.core.dotenv import read_dotenv
+    from sm120.plan.resolve import PlanRequest, resolve
 
     dotenv = read_dotenv(Path(".env")) if Path(".env").is_file() else {}
     variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
@@ -131,7 +131,7 @@ def _plan(name: str, variant: list[str], model_dir: str | None) -> LaunchPlan:
 
 
 def _target(plan: LaunchPlan, folder: str | None) -> tuple[str, Path]:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.weights.ensure import managed_model_dir
 
     if plan.model.generated is not None:
@@ -206,7 +206,7 @@ def download(
 
 
 def _offline(plan: LaunchPlan, repo: str, target: Path) -> None:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.weights.ensure import check_local, download_command
 
     checked = check_local(target, repo, plan.model.revision)
@@ -233,7 +233,7 @@ def _show_download_plan(download_plan: Any) -> None:
 
 
 def _verified(target: Path) -> None:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.weights.verify import verify_dir
 
     checked = verify_dir(target)
@@ -268,7 +268,7 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="The report as JSON on stdout."),
 ) -> None:
     """Check a checkpoint: config.json, and every shard present with its full length."""
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.weights.verify import verify_dir
 
     if not folder.is_dir():
@@ -293,7 +293,7 @@ def verify(
 
 
 def _incomplete(folder: Path, checked: WeightsReport) -> SM120Error:
-    from sm120.errors import SM120Error
+    from sm120.core.errors import SM120Error
     from sm120.weights.manifest import read_manifest
 
     manifest = read_manifest(folder)

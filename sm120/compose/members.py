@@ -7,11 +7,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.gateway.config import DEFAULT_HOST, DEFAULT_PORT
 from sm120.images.facts import TOOLKIT_PYTHON
-from sm120.placement.gpus import DEVICE_PREFIX, parse_gpu_set, placement_set
-from sm120.plan import LaunchPlan, PlanRequest, resolve
+from sm120.plan.placement import DEVICE_PREFIX, parse_gpu_set, placement_set
+from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.render.compose_project import GATEWAY_SERVICE, ComposeMember, GatewaySpec
 
 # Compose service names; they are also hostnames on the project's network and file names.

@@ -8,8 +8,9 @@ import secrets
 from pathlib import Path
 
 from sm120.compose.members import ComposeError, ComposeProject
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import write_private_atomically
 from sm120.gateway.static import StaticBackend, backends_document
-from sm120.lifecycle.secrets import read_api_key
 from sm120.render.compose_project import (
     BACKENDS_FILE,
     GATEWAY_KEY,
@@ -19,7 +20,6 @@ from sm120.render.compose_project import (
     key_secret,
     render_compose_project,
 )
-from sm120.state import write_private_atomically
 
 
 def backends_of(project: ComposeProject) -> list[StaticBackend]:

@@ -3,7 +3,7 @@ memory holders, interconnect, engine, containers, disk, shared memory, port and 
 same parsers read `nvidia-smi` outputs pasted into bug reports (`--from`).
 
 The public entry points live in sm120.doctor.run and load on first use, so importing the
-parsers (sm120.hardware does) stays cheap.
+parsers (sm120.doctor.detect does) stays cheap.
 """
 
 from __future__ import annotations

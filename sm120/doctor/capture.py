@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sm120.bounded import MIB, InputTooLarge, read_capped
+from sm120.core.bounded import MIB, InputTooLarge, read_capped
 from sm120.doctor.nvsmi_parse import (
     CsvResult,
     TableResult,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.core.errors import SM120Error
 from sm120.doctor.checks import MIN_CUDA_SM120, is_sm12x
 from sm120.doctor.engine_probe import EngineInfo, version_tuple
 from sm120.doctor.findings import Finding, Severity
@@ -305,8 +306,6 @@ def check_shm(path: str, needs: Needs, disk_usage: DiskUsage) -> list[Finding]:
 
 
 def check_port(host: str, port: int, ensure_free: Callable[[str, int], None]) -> list[Finding]:
-    from sm120.errors import SM120Error
-
     try:
         ensure_free(host, port)
     except SM120Error as exc:

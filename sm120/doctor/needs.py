@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sm120.plan import LaunchPlan
+    from sm120.plan.resolve import LaunchPlan
 
 SM12X = ("sm_120", "sm_121")
 # vLLM's default when the plan does not set --gpu-memory-utilization.

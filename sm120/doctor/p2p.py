@@ -24,8 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from sm120.core.errors import SM120Error
 from sm120.doctor.findings import Finding
-from sm120.errors import SM120Error
 
 PROBE_SCRIPT = "p2p_probe.py"
 # Multi-GPU runs keep NVLink multicast (NVLS) off, as the project's GPU runs do.

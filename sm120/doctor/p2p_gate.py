@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm120.core.paths import sm120_home
 from sm120.doctor.p2p import P2PReport
 from sm120.doctor.snapshot import Topology
 from sm120.doctor.topology import interconnect
-from sm120.state import sm120_home
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}

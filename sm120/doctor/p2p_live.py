@@ -10,7 +10,7 @@ from sm120.doctor.p2p import P2PReport, ProbeLimits, probe_env, run_p2p_probe
 from sm120.doctor.p2p_gate import P2PDecision, decide_p2p, read_boot_id
 from sm120.doctor.run import Machine
 from sm120.doctor.snapshot import Snapshot
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 
 # Ranks of the all-reduce when there is no GPU to give one each (the CPU/gloo run).
 CPU_RANKS = 2

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sm120 import __version__
+from sm120.core.paths import sm120_home
 from sm120.doctor.host_checks import parse_meminfo
+from sm120.engine.state import private_dir, write_private_atomically
 
 if TYPE_CHECKING:
     from sm120.doctor.run import DoctorResult, Machine
@@ -185,14 +187,10 @@ def _docker_section(result: DoctorResult) -> list[str]:
 
 
 def default_report_path() -> Path:
-    from sm120.state import sm120_home
-
     return sm120_home() / "doctor" / REPORT_NAME
 
 
 def write_report(text: str, path: Path) -> Path:
-    from sm120.state import private_dir, write_private_atomically
-
     # It describes the machine (drivers, devices, paths): for its owner's eyes.
     private_dir(path.parent)
     write_private_atomically(path, text)

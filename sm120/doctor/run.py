@@ -11,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from sm120.core.errors import SM120Error
+from sm120.core.ports import ensure_port_free
 from sm120.doctor import checks, host_checks
 from sm120.doctor.capture import read_captured
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
@@ -19,12 +21,12 @@ from sm120.doctor.gpu_source import GpuProbe, probe_gpus
 from sm120.doctor.host_checks import DiskUsage, DockerState
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
-from sm120.doctor.snapshot import Snapshot
-from sm120.errors import SM120Error
-from sm120.gpu_readings import load_nvml
+from sm120.doctor.snapshot import GpuInfo, Snapshot
+from sm120.engine.engine_env import engine_python_in, is_ready, managed_engine_dir
+from sm120.engine.gpu_readings import load_nvml
 
 if TYPE_CHECKING:
-    from sm120.plan import LaunchPlan
+    from sm120.plan.resolve import LaunchPlan
 
 SHM_PATH = "/dev/shm"
 
@@ -37,8 +39,6 @@ def _read_text(path: str) -> str | None:
 
 
 def _ensure_port_free(host: str, port: int) -> None:
-    from sm120.lifecycle.ports import ensure_port_free
-
     ensure_port_free(host, port)
 
 
@@ -126,7 +126,6 @@ def engine_python_for(explicit: str | None, environ: Mapping[str, str]) -> str |
         return explicit
     if environ.get("VLLM_PYTHON"):
         return environ["VLLM_PYTHON"]
-    from sm120.engine_env import engine_python_in, is_ready, managed_engine_dir
 
     managed = managed_engine_dir()
     return str(engine_python_in(managed)) if is_ready(managed) else None
@@ -282,8 +281,6 @@ def _captured_interconnect(snapshot: Snapshot, needs: Needs) -> list[Finding]:
         # A matrix alone (no table) still tells how many GPUs there are.
         gpus = [d for d in snapshot.topology.devices if d.startswith("GPU")]
         if len(gpus) >= 2:
-            from sm120.doctor.snapshot import GpuInfo
-
             stand_in = Snapshot(
                 source=snapshot.source,
                 gpus=[GpuInfo(index=int(g[3:])) for g in gpus],

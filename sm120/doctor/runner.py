@@ -1,5 +1,6 @@
-"""The one door through which doctor runs other programs. Checks receive a Runner, so
-tests hand in a fake one and the live machine gets `run_command`."""
+"""The door through which doctor's checks run other programs. Checks receive a Runner, so
+tests hand in a fake one and the live machine gets `run_command`. Two callers outside the
+checks run their own: detect.py (launch's one nvidia-smi query) and p2p.py (the probe)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import gateway_files
 from sm120.gateway.server import serve

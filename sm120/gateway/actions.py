@@ -15,11 +15,11 @@ from pathlib import Path
 import aiohttp
 
 from sm120.doctor.host_checks import parse_meminfo
+from sm120.engine.state import load_state
 from sm120.gateway.backends import Backend
 from sm120.gateway.restart import start_for_swap, stop_for_swap
 from sm120.gateway.swap import SwapFailed
-from sm120.planner.sleep import sleep_shortfall, weights_bytes
-from sm120.state import load_state
+from sm120.plan.fit.sleep import sleep_shortfall, weights_bytes
 
 SLEEP_LEVEL = 1
 SLEEP_CALL_TIMEOUT_S = 300.0

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120.lifecycle.find import runtime_for
-from sm120.lifecycle.monitoring import monitor_files
-from sm120.lifecycle.secrets import key_path, read_api_key
+from sm120.core.net import client_url
+from sm120.deploy.monitoring import monitor_files
+from sm120.engine.find import runtime_for
+from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.secrets import key_path, read_api_key
+from sm120.engine.state import StateError, deployments_root, is_deployment_name, load_state
 from sm120.monitor.files import load_launch_spec
-from sm120.net import client_url
-from sm120.runtime.base import LaunchSpec
-from sm120.state import StateError, deployments_root, is_deployment_name, load_state
 
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
 

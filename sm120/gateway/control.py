@@ -18,12 +18,12 @@ from pathlib import Path
 
 import httpx
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.core.net import check_host, client_url, exposure_warning
+from sm120.core.pidlock import end_holder
+from sm120.core.ports import ensure_port_free
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
-from sm120.lifecycle.ports import ensure_port_free
-from sm120.net import check_host, client_url, exposure_warning
-from sm120.pidlock import end_holder
 
 GATEWAY_MODULE = "sm120.gateway"
 START_WAIT_S = 20.0

@@ -8,9 +8,10 @@ import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sm120.lifecycle.secrets import read_api_key
-from sm120.pidlock import lock_holder
-from sm120.state import private_dir, sm120_home, write_private_atomically
+from sm120.core.paths import sm120_home
+from sm120.core.pidlock import lock_holder
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import private_dir, write_private_atomically
 
 
 @dataclass(frozen=True)

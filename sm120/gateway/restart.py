@@ -5,20 +5,26 @@ finds its compile cache warm, so it is ready well before a first launch would be
 
 from __future__ import annotations
 
-from sm120.client import ServerClient
-from sm120.errors import SM120Error
-from sm120.lifecycle.monitoring import monitor_files
-from sm120.lifecycle.ports import ensure_port_free
-from sm120.lifecycle.secrets import key_path, read_api_key
-from sm120.lifecycle.stop import stop_deployment
-from sm120.lifecycle.wait import wait_until_ready
-from sm120.monitor.capture import start_fresh_log
+from sm120.core.errors import SM120Error
+from sm120.core.net import client_url
+from sm120.core.ports import ensure_port_free
+from sm120.deploy.monitoring import monitor_files
+from sm120.deploy.stop import stop_deployment
+from sm120.deploy.wait import wait_until_ready
+from sm120.engine.log_capture import start_fresh_log
+from sm120.engine.runtime.base import LaunchSpec, Runtime
+from sm120.engine.runtime.docker import DockerRuntime
+from sm120.engine.runtime.native import NativeRuntime
+from sm120.engine.secrets import key_path, read_api_key
+from sm120.engine.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    load_state,
+)
 from sm120.monitor.files import load_launch_spec
-from sm120.net import client_url
-from sm120.runtime.base import LaunchSpec, Runtime
-from sm120.runtime.docker import DockerRuntime
-from sm120.runtime.native import NativeRuntime
-from sm120.state import DeploymentState, clear_state, deployment_dir, deployment_lock, load_state
+from sm120.server.client import ServerClient
 
 # A swap must not wait on a client that is slow to leave: the engine gets this long.
 SWAP_STOP_TIMEOUT_S = 20.0

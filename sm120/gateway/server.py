@@ -12,7 +12,9 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.core.pidlock import PidLock
+from sm120.engine.secrets import read_api_key
 from sm120.gateway.actions import EngineActions
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig
@@ -26,8 +28,6 @@ from sm120.gateway.files import (
 from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
-from sm120.lifecycle.secrets import read_api_key
-from sm120.pidlock import PidLock
 
 
 class GatewayRunning(SM120Error):

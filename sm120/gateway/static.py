@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.engine.secrets import read_api_key
 from sm120.gateway.backends import Backend
-from sm120.lifecycle.secrets import read_api_key
 
 BACKENDS_HINT = 'write {"backends": [{"model", "service", "url", "key_file"}, ...]}'
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.gateway.backends import Backend
 from sm120.gateway.config import DEFAULT_SWAP_WAIT_S
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120 import docker_api
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.engine import docker_api
 from sm120.images.context import build_context, source_root
 from sm120.images.facts import ENGINE_LOCK, TOOLKIT_DIR, load_facts, toolkit_lock_name
 from sm120.images.manifest import (
@@ -22,7 +22,7 @@ from sm120.images.manifest import (
     manifest_labels,
     patch_entries,
 )
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 
 Progress = Callable[[str], None]
 

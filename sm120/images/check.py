@@ -19,7 +19,7 @@ from sm120.images.facts import (
 )
 from sm120.images.lockfile import canonical, parse_lock
 from sm120.images.locking import TOOLKIT_PLATFORM, resolve_conflicts
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 
 INSTALL_TOOLKIT = "/opt/sm120/images/toolkit/install-toolkit.sh"
 _FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)", re.M)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.images.facts import ENGINE_LOCK, FACTS_FILE, TOOLKIT_DIR
 
 # What every image carries besides its own context: the package (for the container

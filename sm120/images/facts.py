@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 TOOLKIT_VENV = "/opt/sm120/venv"
 TOOLKIT_PYTHON = f"{TOOLKIT_VENV}/bin/python"

@@ -10,8 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sm120 import docker_api
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.engine import docker_api
+from sm120.engine.find import find_deployment
+from sm120.engine.state import is_deployment_name, load_state
 from sm120.images.manifest import MANIFEST_PATH, RECIPE_LABEL, manifest_from_labels
 
 
@@ -67,9 +69,6 @@ def _from_image(image: Any, what: str) -> ImageInfo | None:
 
 
 def _deployment_container(client: Any, name: str | None) -> Any | None:
-    from sm120.lifecycle.find import find_deployment
-    from sm120.state import is_deployment_name, load_state
-
     if name is not None and not is_deployment_name(name):
         return None  # an image reference (repo:tag, sha256:...) or a container
     state = find_deployment(None) if name is None else load_state(name)

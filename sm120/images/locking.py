@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120 import docker_api
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.engine import docker_api
 from sm120.images.context import source_root
 from sm120.images.facts import (
     ENGINE_LOCK,
@@ -32,7 +32,7 @@ from sm120.images.facts import (
     toolkit_lock_name,
 )
 from sm120.images.lockfile import INVENTORY_SCRIPT, parse_lock
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 
 Progress = Callable[[str], None]
 # Where the toolkit's lock is resolved for; every Linux x86_64 image here is at least this.

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120 import __version__
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
+from sm120.recipe.patches import manifest, read_stack
 
 MANIFEST_PATH = "/opt/sm120/manifest.json"
 # Where the manifest sits in the build context's payload folder (copied to /opt/sm120/).
@@ -46,7 +47,6 @@ def build_hash(
 
 def patch_entries(context_dir: Path) -> list[dict[str, Any]]:
     """The patches an image context applies, with what they fix (read from their headers)."""
-    from sm120.patches import manifest, read_stack
 
     return manifest(read_stack(context_dir))
 

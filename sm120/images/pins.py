@@ -1,9 +1,9 @@
 """`sm120 build NAME --refresh-pins`: read each base image's current digest from its registry
 (HTTP API v2, a manifest HEAD) and write `tag@sha256:...` into the recipe and the Dockerfile.
 
-It needs the registry; nothing else in sm120 does, and tests point it at a loopback stand-in
-through SM120_REGISTRY_MIRROR (a registry answering for every repository, as a pull-through
-mirror does).
+It and `sm120 recipes updates` (sm120.images.updates) need the registry; tests point both at
+a loopback stand-in through SM120_REGISTRY_MIRROR (a registry answering for every repository,
+as a pull-through mirror does).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 DOCKER_HUB = "registry-1.docker.io"
 MIRROR_ENV = "SM120_REGISTRY_MIRROR"

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import httpx
 from packaging.version import InvalidVersion, Version
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.images.context import source_root
 from sm120.images.facts import load_facts
 from sm120.images.pins import ImageName, bearer_token, parse_name, registry_url

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.measure import metrics
 from sm120.measure.load import LoadResult, Prompt, TokenPool, run_load, text_prompts
 from sm120.measure.prompts import TextPrompts

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sm120.bounded import MIB, read_text_capped
-from sm120.errors import RecipeError, SM120Error
+from sm120.core.bounded import MIB, read_text_capped
+from sm120.core.errors import RecipeError, SM120Error
+from sm120.core.suggest import did_you_mean
 from sm120.recipe.loader import parse_yaml
-from sm120.suggest import did_you_mean
 
 GATES_PACKAGE = "sm120.data"
 GATES_FILE = "gates.yaml"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sm120.logs.failures import get
+
 
 def _fmt(value: Any, unit: str, digits: int = 1) -> str | None:
     if not isinstance(value, (int, float)):
@@ -39,7 +41,6 @@ def summary_line(report: Mapping[str, Any]) -> str:
 
 def known_failure_lines(report: Mapping[str, Any]) -> list[str]:
     """The catalogue's title and fix for each known failure mode the gate saw."""
-    from sm120.failures import get
 
     ids = sorted({i for case in report["cases"] for i in case.get("failure_ids") or []})
     lines = []

@@ -17,7 +17,7 @@ from sm120.measure.cases import Case, Document, Turn
 from sm120.measure.judge import judge
 from sm120.measure.target import Target
 from sm120.measure.text import filler
-from sm120.measure.wire import Exchange, Wire
+from sm120.server.wire import Exchange, Wire
 
 TEMPLATE_ROOM = 256
 TURN_ROOM = 64

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.state import private_dir, sm120_home
+from sm120.core.paths import sm120_home
+from sm120.engine.state import private_dir
 
 HISTORY_FILE = "history.jsonl"
 LONG_PROMPT_TOKENS = 32768

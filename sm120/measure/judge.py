@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sm120.measure.cases import Check, ToolExpectation
-from sm120.measure.wire import Exchange, ToolCall
+from sm120.server.wire import Exchange, ToolCall
 
 THINK_TAGS = re.compile(r"</?think>|<\|?(begin|end)_of_thought\|?>", re.IGNORECASE)
 # Tool-call markup that a parser should have turned into tool_calls (hermes, GLM, DeepSeek).

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sm120.client import mask_secret
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.measure.target import Target, run_with_api_key
+from sm120.server.client import mask_secret
 
 INSTALL_HINT = "install the extra: pip install 'sm120[eval]'"
 Api = Literal["completions", "chat"]

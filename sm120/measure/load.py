@@ -27,7 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from sm120.client import MAX_EVENT_BYTES, server_root
+from sm120.measure.text import filler
+from sm120.server.client import MAX_EVENT_BYTES, server_root
 
 COMPLETIONS_PATH = "/v1/completions"
 
@@ -176,7 +177,6 @@ class TokenPool:
 
 def text_prompts(length: int, count: int, seed: int = 0) -> list[Prompt]:
     """For servers without /tokenize: text of roughly `length` tokens (usage tells the truth)."""
-    from sm120.measure.text import filler
 
     sentences = filler(seed, count * max(1, length // 14) + count)
     per = max(1, length // 14)

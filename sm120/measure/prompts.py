@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from sm120.measure.load import Prompt, TokenPool
-from sm120.measure.wire import Wire
+from sm120.server.wire import Wire
 
 ATTEMPTS = 8
 

@@ -16,10 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120.errors import SM120Error
-from sm120.measure.wire import ServedModel, Wire
-from sm120.net import client_url
-from sm120.state import DeploymentState, deployments_root
+from sm120.core.errors import SM120Error
+from sm120.core.net import client_url
+from sm120.engine.find import find_deployment
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import (
+    DeploymentState,
+    deployment_dir,
+    deployments_root,
+    write_private_atomically,
+)
+from sm120.server.wire import ServedModel, Wire
 
 PLAN_FILE = "plan.json"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -97,7 +104,6 @@ def run_with_api_key(
 
 def save_plan(deployment: str, document: dict[str, Any]) -> Path:
     """Called at launch: later commands read the plan a deployment was started with."""
-    from sm120.state import deployment_dir, write_private_atomically
 
     path = deployment_dir(deployment) / PLAN_FILE
     write_private_atomically(path, json.dumps(document, indent=2, default=str) + "\n")
@@ -117,9 +123,6 @@ def load_plan(state: DeploymentState) -> dict[str, Any] | None:
 
 
 def target_for_deployment(name: str | None) -> Target:
-    from sm120.lifecycle.find import find_deployment
-    from sm120.lifecycle.secrets import read_api_key
-
     state = find_deployment(name)
     plan = load_plan(state) or {}
     base_url = client_url(state.host, state.port)

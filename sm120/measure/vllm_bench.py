@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from sm120.client import mask_secret
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.engine.engine_env import EngineNotFound, checked_python, resolve_engine_python
 from sm120.measure.load import arrived_in_burst
 from sm120.measure.target import API_KEY_ENV, Target, run_with_api_key
+from sm120.server.client import mask_secret
 
 RESULT_MARK = "SM120-BENCH-RESULT "
 TOOL_NAME = "vllm bench serve"
@@ -95,7 +96,6 @@ class ContainerExec:
 
 def engine_exec_for(target: Target, vllm_python: str | None) -> EngineExec:
     """Where `vllm bench serve` can run for this target, or BenchToolError saying why not."""
-    from sm120.engine_env import EngineNotFound, checked_python, resolve_engine_python
 
     if vllm_python:
         return NativeExec(str(checked_python(vllm_python, source="--vllm-python")))

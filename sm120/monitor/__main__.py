@@ -13,6 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from sm120.core.errors import SM120Error
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import check_deployment_name, deployment_dir
+from sm120.monitor.files import MonitorFiles
+from sm120.monitor.process import serve
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sm120.monitor")
@@ -21,15 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="where the monitor writes, with --url")
     parser.add_argument("--api-key-file", help="file holding the server's API key, with --url")
     args = parser.parse_args(argv)
-    from sm120.errors import SM120Error
-    from sm120.lifecycle.secrets import read_api_key
-    from sm120.monitor.files import MonitorFiles
-    from sm120.monitor.process import serve
 
     try:
         if args.name:
-            from sm120.state import check_deployment_name, deployment_dir
-
             files = MonitorFiles(deployment_dir(check_deployment_name(args.name)))
             return serve(args.name, files)
         if not args.url or not args.state_dir:

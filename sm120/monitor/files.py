@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.state import private_dir
 from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S
 from sm120.monitor.peaks import read_json, write_json_atomically
 from sm120.monitor.watchdog import (
@@ -30,8 +32,6 @@ from sm120.monitor.watchdog import (
     DEFAULT_WEDGE_TIMEOUT_S,
 )
 from sm120.recipe.restart import DEFAULT_RESTART, DEFAULT_RESTART_BACKOFF_S
-from sm120.runtime.base import LaunchSpec
-from sm120.state import private_dir
 
 
 @dataclass(frozen=True)

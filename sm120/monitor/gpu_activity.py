@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from sm120.gpu_readings import GpuReading
+from sm120.engine.gpu_readings import GpuReading
 
 # A card with weights loaded and nothing to do draws roughly a tenth of its power limit
 # (fans, memory clocks); a quarter of the limit leaves room for that while staying far

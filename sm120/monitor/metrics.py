@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sm120.client import BadServerResponse, bounded_request
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
+from sm120.server.client import BadServerResponse, bounded_request
 
 METRICS_PATH = "/metrics"
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.bounded import capped_lines
+from sm120.core.bounded import capped_lines
 
 DEFAULT_HISTORY_CAP = 10_000
 MAX_RECORD_BYTES = 64 * 1024

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 

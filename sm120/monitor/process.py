@@ -15,8 +15,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from sm120.monitor.files import MonitorFiles
-from sm120.pidlock import PidLock, end_holder, lock_holder
+from sm120.core.pidlock import PidLock, end_holder, lock_holder
+from sm120.monitor.files import MonitorFiles, load_settings
+from sm120.monitor.service import MonitorService
+from sm120.monitor.target import DeploymentTarget, UrlTarget
 
 if TYPE_CHECKING:
     from sm120.monitor.target import Target
@@ -75,9 +77,6 @@ def serve(
     api_key: str | None = None,
 ) -> int:
     """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away."""
-    from sm120.monitor.files import load_settings
-    from sm120.monitor.service import MonitorService
-    from sm120.monitor.target import DeploymentTarget, UrlTarget
 
     files.make_dirs()
     lock = PidLock(files.pid)

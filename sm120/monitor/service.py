@@ -20,12 +20,14 @@ from typing import Any
 
 import httpx
 
-from sm120.errors import SM120Error
-from sm120.failures import Diagnoser
-from sm120.gpu_readings import GpuReading, GpuSource, default_source
+from sm120.core.errors import SM120Error
+from sm120.engine.gpu_readings import GpuReading, GpuSource, default_source
+from sm120.engine.log_follow import LogFollower
+from sm120.engine.runtime.base import ExitInfo
+from sm120.logs.failures import Diagnoser
+from sm120.logs.phases import StartupTracker
 from sm120.monitor.diagnostics import capture_wedge
 from sm120.monitor.files import MonitorFiles, MonitorSettings
-from sm120.monitor.follow import LogFollower
 from sm120.monitor.gpu_activity import describe_gpus
 from sm120.monitor.metrics import (
     MetricsError,
@@ -44,9 +46,7 @@ from sm120.monitor.watchdog import (
     WedgeDetector,
     breaker_state_from,
 )
-from sm120.phases import StartupTracker
 from sm120.recipe.restart import is_failure
-from sm120.runtime.base import ExitInfo
 
 RECENT_LINES = 200
 LIVE_ALERTS = 20

@@ -10,13 +10,15 @@ from typing import Protocol
 
 import httpx
 
-from sm120.errors import SM120Error
-from sm120.lifecycle.find import runtime_for
-from sm120.lifecycle.secrets import read_api_key
+from sm120.core.errors import SM120Error
+from sm120.core.net import client_url, is_ipv6
+from sm120.engine.find import runtime_for
+from sm120.engine.runtime.base import ExitInfo
+from sm120.engine.runtime.docker import DockerRuntime
+from sm120.engine.runtime.native import live_members, owned_group
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import DeploymentState, deployment_lock, load_state
 from sm120.monitor.files import MonitorFiles, load_launch_spec
-from sm120.net import client_url, is_ipv6
-from sm120.runtime.base import ExitInfo
-from sm120.state import DeploymentState, deployment_lock, load_state
 
 PORT_RELEASE_WAIT_S = 30.0
 
@@ -95,12 +97,9 @@ class DeploymentTarget:
 
     def engine_pids(self) -> list[int]:
         if self.state.runtime == "docker":
-            from sm120.runtime.docker import DockerRuntime
-
             return DockerRuntime().engine_pids(self.state)
         if self.state.runtime != "native":
             return []
-        from sm120.runtime.native import live_members, owned_group
 
         group = owned_group(self.state)
         return sorted(pid for pid in live_members(group) if pid != group.pgid)

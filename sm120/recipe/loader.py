@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sm120.bounded import MIB, read_text_capped
-from sm120.errors import RecipeError, SM120Error
+from sm120.core.bounded import MIB, read_text_capped
+from sm120.core.errors import RecipeError, SM120Error
+from sm120.core.suggest import did_you_mean
 from sm120.recipe.schema import Recipe
-from sm120.suggest import did_you_mean
 
 # Recipes are a few KB, a few levels deep and a few hundred values once aliases are
 # expanded; these bounds are far above that and far below what exhausts memory (a

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from sm120.errors import PlanError
+from sm120.core.errors import PlanError
 
 RESTART_WORDS = ("no", "on-failure")
 DEFAULT_RESTART = "no"

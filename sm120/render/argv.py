@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sm120.catalogue import engine_flags
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
+from sm120.recipe.catalogue import engine_flags
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SGLANG_MODULE = "sglang.launch_server"

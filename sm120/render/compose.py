@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 from sm120.render.compose import LOGGING, STOP_GRACE_PERIOD, cache_volumes, render_compose_service
 
 GATEWAY_SERVICE = "gateway"

@@ -1,7 +1,7 @@
 """plan -> the docker SDK `containers.run` arguments (pure: no Docker, no files touched).
 
 The result is plain JSON-able data so `launch --runtime docker --dry-run --json` can show
-exactly what would be asked of Docker; sm120.docker_api turns the few structured fields
+exactly what would be asked of Docker; sm120.engine.docker_api turns the few structured fields
 (device requests, ulimits) into SDK objects at the last moment.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.placement.gpus import PLACEMENT_ENV, placed_on
-from sm120.plan import LaunchPlan
+from sm120.plan.placement import PLACEMENT_ENV, placed_on
+from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.restart import parse_restart_policy
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 
 
 def render_env(plan: LaunchPlan, *, api_key: str | None = None) -> dict[str, str]:

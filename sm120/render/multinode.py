@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sm120.plan import LaunchPlan
+from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.schema import MultiNode
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env

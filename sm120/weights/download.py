@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlparse
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.weights.files import needed_files
 from sm120.weights.manifest import (
     Manifest,

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from sm120.errors import SM120Error
-from sm120.plan import LaunchPlan, PlanRequest
-from sm120.state import sm120_home
+from sm120.core.errors import SM120Error
+from sm120.core.paths import sm120_home
+from sm120.plan.resolve import LaunchPlan, PlanRequest
 from sm120.weights.download import (
     COMMIT,
     DownloadEvents,

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120.errors import SM120Error
-from sm120.state import write_private_atomically
+from sm120.core.errors import SM120Error
+from sm120.engine.state import write_private_atomically
 
 STATE_DIR = ".sm120"
 MANIFEST_FILE = "download.json"

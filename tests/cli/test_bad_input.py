@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from sm120.cli.app import app
 from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
-from sm120.state import DeploymentState, save_state
+from sm120.engine.state import DeploymentState, save_state
 from tests.fakes.loopback_server import LoopbackServer
 from tests.helpers import REPO, invoke, one_line_error
 
@@ -734,7 +734,7 @@ def test_chat_refuses_a_binary_piped_prompt(cli: CliRunner) -> None:
 
 
 def test_logs_cut_a_runaway_line(cli: CliRunner, isolated_home: Path) -> None:
-    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES
+    from sm120.engine.log_follow import CUT_MARK, MAX_LINE_BYTES
 
     _deployment_at(isolated_home, 1)
     log = isolated_home / "deployments" / "tiny" / "logs" / "serve.log"
@@ -746,7 +746,7 @@ def test_logs_cut_a_runaway_line(cli: CliRunner, isolated_home: Path) -> None:
 
 
 def test_logs_parse_cuts_a_runaway_line(cli: CliRunner, tmp_path: Path) -> None:
-    from sm120.monitor.logparse import MAX_LINE_CHARS
+    from sm120.logs.logparse import MAX_LINE_CHARS
 
     log = tmp_path / "serve.log"
     stats = (
@@ -764,7 +764,7 @@ def test_logs_parse_cuts_a_runaway_line(cli: CliRunner, tmp_path: Path) -> None:
 
 
 def test_follower_cuts_a_runaway_line(tmp_path: Path) -> None:
-    from sm120.monitor.follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
+    from sm120.engine.log_follow import CUT_MARK, MAX_LINE_BYTES, LogFollower
 
     log = tmp_path / "serve.log"
     log.write_bytes(b"")
@@ -880,7 +880,7 @@ def test_a_huge_checkpoint_config(cli: CliRunner, tmp_path: Path) -> None:
 def test_gates_and_benchmarks_record_a_bad_stream_as_a_failed_exchange(
     answer: Callable[[], Iterator[bytes]], error: str
 ) -> None:
-    from sm120.measure.wire import Wire
+    from sm120.server.wire import Wire
 
     handler = type("Handler", (_BadServer,), {"answer": staticmethod(answer)})
     with LoopbackServer(handler) as server, Wire(server.url, None, timeout=30) as wire:
@@ -984,13 +984,13 @@ def test_set_values_are_bounded_like_recipes(cli: CliRunner, assignment: str, me
 def test_capped_lines(data: bytes, lines: list[bytes]) -> None:
     import io
 
-    from sm120.bounded import capped_lines
+    from sm120.core.bounded import capped_lines
 
     assert list(capped_lines(io.BytesIO(data), 5)) == lines
 
 
 def test_read_capped_counts_bytes_read_not_the_reported_size(tmp_path: Path) -> None:
-    from sm120.bounded import InputTooLarge, read_capped
+    from sm120.core.bounded import InputTooLarge, read_capped
 
     assert read_capped(Path("/dev/null"), 10, "input", "hint") == b""
     with pytest.raises(InputTooLarge) as caught:

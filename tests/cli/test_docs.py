@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from sm120.docs import commands_markdown, readme_with_table
+from sm120.cli.docs import commands_markdown, readme_with_table
 from tests.helpers import REPO
 
 
 def test_readme_troubleshooting_is_generated_from_the_catalogue() -> None:
     readme = (REPO / "README.md").read_text()
-    assert readme == readme_with_table(readme), "run: python -m sm120.docs --write"
+    assert readme == readme_with_table(readme), "run: python -m sm120.cli.docs --write"
     assert "| F09 | " in readme
 
 
 def test_command_reference_is_current() -> None:
     assert (REPO / "docs" / "commands.md").read_text() == commands_markdown(), (
-        "run: python -m sm120.docs --write"
+        "run: python -m sm120.cli.docs --write"
     )
 
 

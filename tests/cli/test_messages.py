@@ -8,9 +8,9 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from sm120 import docker_api
 from sm120.cli.present import home_relative
 from sm120.cli.serving import next_commands
+from sm120.engine import docker_api
 from tests.helpers import invoke
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.errors import SM120Error
-from sm120.lifecycle.ports import AddressUnusable, PortInUse, ensure_port_free
-from sm120.lifecycle.secrets import ensure_api_key, read_api_key
-from sm120.net import check_host, client_url, exposure_warning, http_url
+from sm120.core.errors import SM120Error
+from sm120.core.net import check_host, client_url, exposure_warning, http_url
+from sm120.core.ports import AddressUnusable, PortInUse, ensure_port_free
+from sm120.engine.secrets import ensure_api_key, read_api_key
 from tests.helpers import invoke
 
 HINT = "(hint: use 127.0.0.1 (this machine only, the default) or 0.0.0.0 (every interface))"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sm120.lifecycle.foreground import monitor_restarts, restart_pending
-from sm120.lifecycle.monitoring import monitor_files
+from sm120.core.pidlock import PidLock
+from sm120.deploy.foreground import monitor_restarts, restart_pending
+from sm120.deploy.monitoring import monitor_files
+from sm120.engine.runtime.base import ExitInfo
+from sm120.engine.state import LOCK_FILE, deployment_dir
 from sm120.monitor.files import MonitorSettings
-from sm120.pidlock import PidLock
-from sm120.runtime.base import ExitInfo
-from sm120.state import LOCK_FILE, deployment_dir
 
 KILLED = ExitInfo(returncode=None, signal=9, ended_at=0.0)
 TERMINATED = ExitInfo(returncode=None, signal=15, ended_at=0.0)

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.cli.serving import GateRequest, run_launch_gate
+from sm120.engine.state import DeploymentState, load_state, save_state
 from sm120.measure.target import save_plan
-from sm120.state import DeploymentState, load_state, save_state
 from tests.fakes.scripted_server import Answer, ScriptedServer
 from tests.helpers import invoke
 

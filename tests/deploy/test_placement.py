@@ -12,16 +12,16 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from sm120.deploy.monitoring import keep_launch_spec
+from sm120.deploy.placement import PlacementError, check_no_overlap
 from sm120.doctor import checks
 from sm120.doctor.needs import needs_from_plan
 from sm120.doctor.snapshot import Snapshot
-from sm120.lifecycle.monitoring import keep_launch_spec
-from sm120.placement.check import PlacementError, check_no_overlap
-from sm120.placement.gpus import GpuChoice, GpuSetError, parse_gpus
-from sm120.plan import PlanRequest, resolve
-from sm120.runtime.base import LaunchSpec
-from sm120.runtime.processes import start_ticks
-from sm120.state import DeploymentState, save_state
+from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.runtime.processes import start_ticks
+from sm120.engine.state import DeploymentState, save_state
+from sm120.plan.placement import GpuChoice, GpuSetError, parse_gpus
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.doctor.test_doctor_checks import rtx
 from tests.helpers import invoke, one_line_error
 
@@ -92,7 +92,7 @@ def test_gpus_this_machine_lacks_are_refused(cli: CliRunner) -> None:
 
 
 def checks_have_gpus() -> bool:
-    from sm120.hardware import detect
+    from sm120.doctor.detect import detect
 
     return detect() is not None
 

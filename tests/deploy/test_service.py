@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.lifecycle.notify import notify
-from sm120.lifecycle.service import (
+from sm120.deploy.notify import notify
+from sm120.deploy.service import (
     MARKER,
     ServiceError,
     ServiceRequest,

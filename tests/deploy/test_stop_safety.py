@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sm120.runtime.native import NativeRuntime
-from sm120.runtime.processes import start_ticks
-from sm120.state import deployment_dir, deployment_lock, load_state
+from sm120.engine.runtime.native import NativeRuntime
+from sm120.engine.runtime.processes import start_ticks
+from sm120.engine.state import deployment_dir, deployment_lock, load_state
 from tests.engine.test_runtime_native import processes_in_group, spec_for, wait_for
 from tests.helpers import invoke
 
@@ -256,7 +256,7 @@ def test_stop_ends_what_an_exited_engine_left_in_its_group(cli: CliRunner, tmp_p
 
 HOLD_LOCK = """
 import sys, time
-from sm120.state import deployment_lock
+from sm120.engine.state import deployment_lock
 with deployment_lock("demo", "launch"):
     print("holding", flush=True)
     time.sleep(60)
@@ -305,7 +305,7 @@ def test_a_second_launch_is_refused_before_it_writes_anything(
 
 
 def test_the_engine_does_not_inherit_the_launch_lock(cli: CliRunner, tmp_path: Path) -> None:
-    from sm120.pidlock import lock_holder
+    from sm120.core.pidlock import lock_holder
 
     with deployment_lock("demo", "launch"):
         state = NativeRuntime().start(spec_for(tmp_path, "import time; time.sleep(120)"),
@@ -349,8 +349,8 @@ def test_a_damaged_exit_record_is_one_line(
 def test_docker_stop_ends_only_its_own_log_capture(stranger: subprocess.Popen[bytes]) -> None:
     import dataclasses
 
-    from sm120.runtime import docker
-    from sm120.state import DeploymentState
+    from sm120.engine.runtime import docker
+    from sm120.engine.state import DeploymentState
 
     folder = deployment_dir("demo")
     state = DeploymentState.from_dict(
@@ -383,8 +383,8 @@ def test_stopping_a_capture_never_takes_a_strangers_exit_status(
     import dataclasses
     import os
 
-    from sm120.runtime import docker
-    from sm120.state import DeploymentState
+    from sm120.engine.runtime import docker
+    from sm120.engine.state import DeploymentState
 
     folder = deployment_dir("demo")
     state = DeploymentState.from_dict(

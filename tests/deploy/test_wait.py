@@ -1,4 +1,4 @@
-"""The launcher's wait for READY (sm120/lifecycle/wait.py), fed lines as a runtime would:
+"""The launcher's wait for READY (sm120/deploy/wait.py), fed lines as a runtime would:
 a lost start-up ends the wait in seconds and names the failure; a healthy one is untouched;
 the phase named follows the log to its last line."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sm120.lifecycle.wait import SETTLE_MAX_S, StartupFailed, wait_until_ready
-from sm120.phases import Phase
+from sm120.deploy.wait import SETTLE_MAX_S, StartupFailed, wait_until_ready
+from sm120.logs.phases import Phase
 from tests.helpers import DATA_DIR
 
 

@@ -20,7 +20,7 @@ from sm120.doctor.gpu_source import GpuProbe
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import RunResult
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot, Topology
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import DATA_DIR
 
 CORPUS = DATA_DIR / "nvidia_smi"
@@ -533,7 +533,7 @@ def test_shm() -> None:
 
 
 def test_port_taken_and_free() -> None:
-    from sm120.lifecycle.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -559,7 +559,7 @@ def test_system_memory() -> None:
 
 
 def test_a_port_a_stopped_server_left_in_time_wait_is_free() -> None:
-    from sm120.lifecycle.ports import ensure_port_free
+    from sm120.core.ports import ensure_port_free
 
     with socket.socket() as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does

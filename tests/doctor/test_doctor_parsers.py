@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from sm120.doctor.capture import parse_text, read_captured
+from sm120.doctor.detect import hardware_from_csv
 from sm120.doctor.gpu_names import edition, gpu_arch
 from sm120.doctor.nvsmi_parse import parse_banner, parse_query_csv, parse_table
 from sm120.doctor.snapshot import Snapshot
 from sm120.doctor.topology import interconnect
-from sm120.hardware import hardware_from_csv
 from tests.helpers import DATA_DIR
 
 CORPUS = DATA_DIR / "nvidia_smi"

@@ -20,8 +20,8 @@ from sm120.doctor.gpu_source import probe_gpus, probe_with_nvidia_smi, probe_wit
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.run import Machine
 from sm120.doctor.runner import RunResult, run_command
-from sm120.gpu_readings import load_nvml
-from sm120.plan import PlanRequest, resolve
+from sm120.engine.gpu_readings import load_nvml
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import DATA_DIR
 from tests.integration.realstack import free_port
 
@@ -293,7 +293,7 @@ def test_preflight_leaves_arch_and_count_to_the_rules() -> None:
 
 
 def test_replacing_a_server_does_not_count_what_that_server_holds() -> None:
-    from sm120.lifecycle.ports import PortInUse
+    from sm120.core.ports import PortInUse
 
     def taken(_host: str, port: int) -> None:
         raise PortInUse(f"port {port} on 127.0.0.1 is already in use", "pick another")
@@ -308,9 +308,9 @@ def test_replacing_a_server_does_not_count_what_that_server_holds() -> None:
 
 
 def test_preflight_stops_a_launch_before_anything_starts(tmp_path: Path) -> None:
-    from sm120.checks import CheckedPlan
-    from sm120.hardware import Hardware
-    from sm120.lifecycle.launcher import LaunchError, LaunchOptions, launch
+    from sm120.deploy.checked import CheckedPlan
+    from sm120.deploy.launcher import LaunchError, LaunchOptions, launch
+    from sm120.plan.hardware import Hardware
 
     class NothingMayStart:
         kind = "native"

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sm120.deploy import launcher
+from sm120.deploy.launcher import LaunchOptions, p2p_gate, start_spec
 from sm120.doctor.p2p import P2PReport, StepResult, p2p_findings, probe_env, run_p2p_probe
 from sm120.doctor.p2p_gate import P2PDecision, cache_key, decide_p2p
 from sm120.doctor.p2p_live import plan_gpus
 from sm120.doctor.snapshot import Topology
-from sm120.lifecycle import launcher
-from sm120.lifecycle.launcher import LaunchOptions, p2p_gate, start_spec
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import invoke, one_line_error
 
 PCIE = Topology(devices=["GPU0", "GPU1"], links={"GPU0-GPU1": "PHB"})

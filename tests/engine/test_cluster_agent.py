@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120.cluster import agent
-from sm120.cluster.node import NodeError, ProbeRequest, StartRequest
-from sm120.cluster.ssh_node import SshNode
+from sm120.engine.cluster import agent
+from sm120.engine.cluster.node import NodeError, ProbeRequest, StartRequest
+from sm120.engine.cluster.ssh_node import SshNode
 from tests.fakes.cluster import FakeCluster, make_fake_cluster
 
 

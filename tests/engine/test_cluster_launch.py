@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.runtime.processes import group_members
+from sm120.engine.runtime.processes import group_members
 from tests.fakes.cluster import FakeCluster, make_fake_cluster
 from tests.fakes.standin import FAILURE_LINE, FATAL_STARTUPS
 from tests.integration.realstack import free_port
@@ -324,7 +324,7 @@ class StubHead:
         self.commands: list[list[str]] = []
 
     def status(self, handle: str) -> object:
-        from sm120.cluster.node import ProcessState
+        from sm120.engine.cluster.node import ProcessState
 
         return ProcessState(running=self.running)
 
@@ -334,7 +334,7 @@ class StubHead:
 
 
 def test_wait_for_ray_polls_until_every_node_counts() -> None:
-    from sm120.cluster.launch import RAY_NODES, wait_for_ray
+    from sm120.deploy.cluster import RAY_NODES, wait_for_ray
 
     head = StubHead(["ray noise\n1\n", "2\n"])
     wait_for_ray(head, "h", "/py", "10.0.0.1:6379", 2, timeout=5, poll=0.01)  # type: ignore[arg-type]
@@ -342,8 +342,8 @@ def test_wait_for_ray_polls_until_every_node_counts() -> None:
 
 
 def test_wait_for_ray_fails_when_the_head_dies() -> None:
-    from sm120.cluster.launch import wait_for_ray
-    from sm120.lifecycle.launcher import LaunchError
+    from sm120.deploy.cluster import wait_for_ray
+    from sm120.deploy.launcher import LaunchError
 
     with pytest.raises(LaunchError) as caught:
         wait_for_ray(StubHead([], running=False), "h", "/py", "a:1", 2, timeout=5, poll=0.01)  # type: ignore[arg-type]

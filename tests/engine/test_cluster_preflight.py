@@ -8,9 +8,15 @@ from typing import Any
 
 import pytest
 
-from sm120.cluster.hosts import parse_nodes
-from sm120.cluster.preflight import ClusterFacts, NodeFacts, PreflightError, check, probe_requests
-from sm120.plan import LaunchPlan, PlanRequest, resolve
+from sm120.engine.cluster.hosts import parse_nodes
+from sm120.engine.cluster.preflight import (
+    ClusterFacts,
+    NodeFacts,
+    PreflightError,
+    check,
+    probe_requests,
+)
+from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 
 HOSTS = "root@10.0.0.1,root@10.0.0.2"
 FILES = {"config.json": "sha256:aa", "model.safetensors": "sha256:bb"}

@@ -7,7 +7,7 @@ from typing import Any
 
 from docker.errors import APIError
 
-from sm120.docker_api import container_host_pids
+from sm120.engine.docker_api import container_host_pids
 
 
 class Container:

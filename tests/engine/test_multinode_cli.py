@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sm120.cluster.hosts import parse_nodes
-from sm120.errors import PlanError
+from sm120.core.errors import PlanError
+from sm120.engine.cluster.hosts import parse_nodes
 from tests.helpers import invoke
 
 PAIR = "root@10.0.0.1,root@10.0.0.2"

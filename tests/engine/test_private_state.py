@@ -6,12 +6,12 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from sm120.core.pidlock import PidLock
 from sm120.doctor.report import default_report_path, write_report
+from sm120.engine.runtime.native import NativeRuntime
+from sm120.engine.state import deployment_dir, deployment_lock
 from sm120.measure import history
 from sm120.monitor.files import MonitorFiles
-from sm120.pidlock import PidLock
-from sm120.runtime.native import NativeRuntime
-from sm120.state import deployment_dir, deployment_lock
 from tests.engine.test_runtime_native import spec_for, wait_for
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120.runtime.base import ExitInfo, LaunchSpec
-from sm120.runtime.native import NativeRuntime, NativeRuntimeError
-from sm120.state import DeploymentState, load_state
+from sm120.engine.runtime.base import ExitInfo, LaunchSpec
+from sm120.engine.runtime.native import NativeRuntime, NativeRuntimeError
+from sm120.engine.state import DeploymentState, load_state
 
 PRINT_THEN_SLEEP = """
 import time
@@ -144,7 +144,7 @@ def test_start_saves_state_with_both_pids(runtime: NativeRuntime, tmp_path: Path
     engine_cmdline = Path(f"/proc/{state.engine_pid}/cmdline").read_bytes().split(b"\0")
     assert engine_cmdline[1] == str(tmp_path / "demo_engine.py").encode()
     supervisor_cmdline = Path(f"/proc/{state.supervisor_pid}/cmdline").read_bytes()
-    assert b"sm120.runtime.supervise" in supervisor_cmdline
+    assert b"sm120.engine.runtime.supervise" in supervisor_cmdline
 
 
 def test_engine_runs_in_its_own_process_group(runtime: NativeRuntime, tmp_path: Path) -> None:
@@ -313,7 +313,7 @@ def test_supervisor_exit_file_format_matches_exit_info(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "sm120.runtime.supervise",
+            "sm120.engine.runtime.supervise",
             "--exit-file",
             str(exit_file),
             "--",
@@ -332,14 +332,15 @@ def test_supervisor_exit_file_format_matches_exit_info(tmp_path: Path) -> None:
 
 def test_supervisor_rejects_a_malformed_command_line(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "sm120.runtime.supervise", "echo", "hi"],
+        [sys.executable, "-m", "sm120.engine.runtime.supervise", "echo", "hi"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert completed.returncode == 1
-    assert "usage: python -m sm120.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..." in (
-        completed.stderr
+    assert (
+        "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..."
+        in (completed.stderr)
     )
 
 

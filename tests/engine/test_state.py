@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.state import (
+from sm120.core.paths import sm120_home
+from sm120.engine.state import (
     DeploymentState,
     StateError,
     clear_state,
@@ -14,7 +15,6 @@ from sm120.state import (
     list_states,
     load_state,
     save_state,
-    sm120_home,
 )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.tiny_model import TinyModelError, default_tiny_model_dir, ensure_tiny_model
+from sm120.engine.tiny_model import TinyModelError, default_tiny_model_dir, ensure_tiny_model
 
 CHECK_MODEL = """
 import json, sys

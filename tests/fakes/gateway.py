@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from sm120.errors import SM120Error
+from sm120.core.errors import SM120Error
 from sm120.gateway.backends import Backend
 from sm120.gateway.proxy import build_app
 from sm120.gateway.swap import Swapper, SwapPolicy

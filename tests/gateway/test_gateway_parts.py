@@ -13,15 +13,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from sm120.deploy.monitoring import keep_launch_spec
+from sm120.engine.runtime.base import LaunchSpec
+from sm120.engine.secrets import ensure_api_key
+from sm120.engine.state import DeploymentState, deployment_dir, save_state
 from sm120.gateway.actions import EngineActions, host_ram_shortfall
 from sm120.gateway.backends import discover
 from sm120.gateway.restart import StartFailed, start_for_swap
 from sm120.gateway.swap import SwapFailed
-from sm120.lifecycle.monitoring import keep_launch_spec
-from sm120.lifecycle.secrets import ensure_api_key
-from sm120.planner.sleep import GIB, sleep_shortfall, weights_bytes
-from sm120.runtime.base import LaunchSpec
-from sm120.state import DeploymentState, deployment_dir, save_state
+from sm120.plan.fit.sleep import GIB, sleep_shortfall, weights_bytes
 from tests.fakes.gateway import backend
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.monitor.events import KvCache, Ready, Stats
-from sm120.monitor.logparse import parse_text
+from sm120.logs.events import KvCache, Ready, Stats
+from sm120.logs.logparse import parse_text
 from sm120.monitor.metrics import parse_metrics
 from tests.helpers import DATA_DIR, REPO, invoke
 

@@ -33,7 +33,7 @@ def test_doctor_json_is_one_document_and_names_the_gpu(tmp_path: Path) -> None:
 
 
 def test_tiny_gpu_variant_launches_chats_and_stops(tmp_path: Path) -> None:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     model = ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), tmp_path / "tiny", print)
     port = free_port()

@@ -37,7 +37,7 @@ def _chat(url: str, key: str, model: str) -> float:
 
 
 def test_the_gateway_swaps_by_sleep_and_wake(tmp_path: Path) -> None:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     model = ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), tmp_path / "tiny", print)
     home = tmp_path / "home"

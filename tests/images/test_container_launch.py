@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sm120.images.manifest import make_manifest
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.helpers import REPO

@@ -21,7 +21,7 @@ from sm120.images.envfile import set_values
 from sm120.images.facts import TOOLKIT_PYTHON, load_facts
 from sm120.images.lockfile import inventory_differences, parse_lock
 from sm120.images.verify import cuda_problem, lock_problems
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import cache_volumes
 from tests.helpers import REPO, invoke

@@ -23,7 +23,7 @@ from sm120.images.pins import (
     pin_recipe_text,
     refresh_pins,
 )
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe_file
 from tests.fakes.loopback_server import LoopbackServer
 from tests.helpers import REPO, invoke

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from sm120.engine.runtime.docker_logs import exit_record
 from sm120.images.build import BuildOptions, BuildRefused, plan_build
 from sm120.images.manifest import make_manifest, manifest_from_labels, manifest_labels
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import render_compose_file
 from sm120.render.container import ContainerPlacement, render_container
-from sm120.runtime.docker_logs import exit_record
 from tests.helpers import REPO, invoke
 
 COMPOSE_SPEC = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
@@ -98,7 +98,7 @@ def test_cpu_container_gets_shm_and_no_gpus(tmp_path: Path) -> None:
 def test_sdk_arguments_become_sdk_objects(tmp_path: Path) -> None:
     from docker.types import DeviceRequest, Ulimit
 
-    from sm120.docker_api import sdk_run_kwargs
+    from sm120.engine.docker_api import sdk_run_kwargs
 
     plan = resolve(PlanRequest(recipe="glm52"))
     kwargs = sdk_run_kwargs(render_container(plan, placement(tmp_path)))
@@ -153,7 +153,7 @@ def test_build_plan_tags_by_image_hash_and_passes_the_pinned_base() -> None:
     assert described.build_args["BASE_IMAGE"] == "nvidia/cuda:12.9.1-devel-ubuntu24.04"
     assert described.build_args["VLLM_REF"] == "sm120-pr-41834-stable-preview-20260626"
     assert "images/dsv4/Dockerfile" in described.files
-    assert "sm120-payload/sm120/plan.py" in described.files
+    assert "sm120-payload/sm120/plan/resolve.py" in described.files
     # what the toolkit install and the build-time checks read inside the image
     assert "sm120-payload/images/toolkit/install-toolkit.sh" in described.files
     assert "sm120-payload/images/toolkit/py3.12.lock" in described.files

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sm120.tiny_model import ensure_tiny_model
+from sm120.engine.tiny_model import ensure_tiny_model
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120
 

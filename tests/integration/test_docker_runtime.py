@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import REPO
 from tests.integration import dockerstack
 from tests.integration.realstack import free_port, sm120
@@ -93,7 +93,7 @@ sys.exit(3 if run == 0 else 0)
 COPIER = """
 import sys
 from pathlib import Path
-from sm120.runtime.docker_logs import capture
+from sm120.engine.runtime.docker_logs import capture
 capture(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), max_bytes=16384, backups=40)
 """
 
@@ -257,8 +257,8 @@ def _healthy(port: int) -> bool:
 
 
 def _engine_pids(home: Path) -> list[int]:
-    from sm120.runtime.docker import DockerRuntime
-    from sm120.state import load_state
+    from sm120.engine.runtime.docker import DockerRuntime
+    from sm120.engine.state import load_state
 
     saved = os.environ.get("SM120_HOME")
     os.environ["SM120_HOME"] = str(home)

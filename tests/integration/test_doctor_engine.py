@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sm120.doctor import preflight
 from sm120.doctor.engine_probe import probe_engine
 from sm120.doctor.runner import run_command
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import invoke
 from tests.integration.realstack import free_port
 

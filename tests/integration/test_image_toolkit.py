@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sm120.docker_api import build_image
+from sm120.engine.docker_api import build_image
 from sm120.images.context import build_context
 from sm120.images.facts import load_facts
 from tests.helpers import REPO
@@ -110,5 +110,7 @@ def test_toolkit_stage_leaves_the_engine_environment_untouched(
     recorded = _in_image(tag, "cat", "/opt/sm120/engine-python").strip()
     assert recorded.startswith("/")
     assert recorded == _in_image(tag, "sh", "-c", f"command -v {engine}").strip()
-    plan = _in_image(tag, "/opt/sm120/venv/bin/python", "-c", "import sm120.plan; print('ok')")
+    plan = _in_image(
+        tag, "/opt/sm120/venv/bin/python", "-c", "import sm120.plan.resolve; print('ok')"
+    )
     assert plan.strip() == "ok"

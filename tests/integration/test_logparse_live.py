@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sm120.monitor.logparse import LogParser
+from sm120.logs.logparse import LogParser
 from tests.integration.realstack import free_port, sm120
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def live_log(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Iterator[Path]:
     """serve.log of a real tiny server after two chat requests and one stats interval."""
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     model = ensure_tiny_model(engine_python, tmp_path_factory.mktemp("models") / "tiny", print)
     home = tmp_path_factory.mktemp("home")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.integration.realstack import engine_processes, free_port, port_is_free, sm120, state_of
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ SPECULATIVE = (
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(engine_python, tmp_path_factory.mktemp("models") / "tiny", print)
 

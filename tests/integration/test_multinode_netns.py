@@ -64,7 +64,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(engine_python, tmp_path_factory.mktemp("models") / "tiny", print)
 

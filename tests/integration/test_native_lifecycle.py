@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sm120.monitor.fatal import watch_lines
-from sm120.runtime.processes import group_members
+from sm120.engine.runtime.processes import group_members
+from sm120.logs.fatal import watch_lines
 from tests.integration.realstack import (
     engine_processes,
     free_port,
@@ -294,10 +294,10 @@ def test_sigint_during_the_wait_cleans_up(tmp_path: Path, tiny_model: Path) -> N
 
 def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
     """No engine anywhere: a 'no' at the prompt installs nothing and starts nothing."""
-    from sm120.checks import checked_plan
-    from sm120.lifecycle.launcher import LaunchError, LaunchOptions, launch
-    from sm120.plan import PlanRequest
-    from sm120.runtime.native import NativeRuntime
+    from sm120.deploy.checked import checked_plan
+    from sm120.deploy.launcher import LaunchError, LaunchOptions, launch
+    from sm120.engine.runtime.native import NativeRuntime
+    from sm120.plan.resolve import PlanRequest
 
     questions: list[str] = []
 
@@ -317,7 +317,7 @@ def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
                 lambda _u, _e: None,
             )
     finally:
-        from sm120.engine_env import engine_python_in
+        from sm120.engine.engine_env import engine_python_in
         from tests.helpers import ENGINE_CACHE
 
         os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))

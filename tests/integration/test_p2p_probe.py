@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from sm120.doctor.p2p import ProbeLimits, probe_script
 from sm120.doctor.p2p_live import doctor_p2p, launch_p2p_decision
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.doctor.test_doctor_run import gpu_box, machine
 from tests.helpers import invoke
 

@@ -27,7 +27,7 @@ KV_LINE = re.compile(r"CPU KV cache size: (?P<tokens>[\d,]+) tokens")
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     dest = tmp_path_factory.mktemp("planner-models") / "tiny"
     return ensure_tiny_model(engine_python, dest, lambda _: None)

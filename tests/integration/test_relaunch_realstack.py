@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from sm120.lifecycle.foreground import EXIT_GAVE_UP
+from sm120.deploy.foreground import EXIT_GAVE_UP
+from sm120.engine.runtime.processes import group_members
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.process import running_monitor
-from sm120.runtime.processes import group_members
 from tests.integration.realstack import (
     cli_env,
     engine_processes,

@@ -25,7 +25,7 @@ REPO_ID = "sm120-test/tiny-hub"
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, engine_python: Path) -> Path:
-    from sm120.tiny_model import ensure_tiny_model
+    from sm120.engine.tiny_model import ensure_tiny_model
 
     dest = tmp_path_factory.mktemp("weights-models") / "tiny"
     return ensure_tiny_model(engine_python, dest, lambda _: None)

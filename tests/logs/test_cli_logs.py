@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from sm120.cli.app import app
-from sm120.state import DeploymentState, deployment_dir, save_state
+from sm120.engine.state import DeploymentState, deployment_dir, save_state
 from tests.helpers import DATA_DIR, invoke
 
 CORPUS = DATA_DIR / "vllm_logs"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.failure_naming import CASES, DATA, evaluate
-from sm120.diagnosis.naming import name_failures
-from sm120.diagnosis.scoring import LabelledLog, load_cases
-from sm120.failures import load_catalogue
+from sm120.logs.diagnosis.naming import name_failures
+from sm120.logs.diagnosis.scoring import LabelledLog, load_cases
+from sm120.logs.failures import load_catalogue
 
 LABELLED = load_cases(CASES)
 FAILING = [case for case in LABELLED if not case.healthy]

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from sm120.failures import (
+from sm120.logs.failures import (
     CatalogueError,
     Diagnoser,
     FailureMode,

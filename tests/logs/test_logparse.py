@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sm120.monitor.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
-from sm120.monitor.logparse import LogParser, clean_line, parse_lines, parse_text
+from sm120.logs.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
+from sm120.logs.logparse import LogParser, clean_line, parse_lines, parse_text
 from tests.helpers import DATA_DIR
 from tests.logs.test_failures import REAL_LINES
 
@@ -575,9 +575,9 @@ def test_failures_are_limited_to_their_gpu_when_it_is_known() -> None:
 
 def test_a_signature_without_a_literal_still_matches(monkeypatch: pytest.MonkeyPatch) -> None:
     """A case-insensitive signature has no literal to prefilter on: every line is checked."""
-    import sm120.failures
-    from sm120.failures import FailureMode
-    from sm120.monitor import logparse
+    import sm120.logs.failures
+    from sm120.logs import logparse
+    from sm120.logs.failures import FailureMode
 
     mode = FailureMode(
         id="F99",
@@ -588,7 +588,7 @@ def test_a_signature_without_a_literal_still_matches(monkeypatch: pytest.MonkeyP
         sources=("test",),
         signatures=("(?i)engine stalled",),
     )
-    monkeypatch.setattr(sm120.failures, "load_catalogue", lambda: {"F99": mode})
+    monkeypatch.setattr(sm120.logs.failures, "load_catalogue", lambda: {"F99": mode})
     logparse._rule_set.cache_clear()
     try:
         parser = LogParser()
@@ -613,7 +613,7 @@ def test_counts_lines_including_a_last_one_without_newline() -> None:
 
 
 def test_the_common_stats_shortcut_agrees_with_reading_field_by_field() -> None:
-    from sm120.monitor import logparse
+    from sm120.logs import logparse
 
     checked = 0
     for path in sorted(CORPUS.glob("*.log")):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.phases import Phase, PhaseUpdate, StartupTracker, clean_line
+from sm120.logs.phases import Phase, PhaseUpdate, StartupTracker, clean_line
 
 # The healthy startup sequence of seed 000 (vLLM 0.15.1, 4x RTX PRO 6000, GLM-4.7-NVFP4).
 SEED_000_HEALTHY = [

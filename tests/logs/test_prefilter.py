@@ -1,4 +1,4 @@
-"""Literal prefilters (sm120/prefilter.py): the literal a regex needs must really be needed."""
+"""Literal prefilters (sm120/logs/prefilter.py): the literal a regex needs must really be needed."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from sm120.failures import load_catalogue
-from sm120.prefilter import alternation, prefix_closure, rare_anchor, required_literal
+from sm120.logs.failures import load_catalogue
+from sm120.logs.prefilter import alternation, prefix_closure, rare_anchor, required_literal
 from tests.logs.test_failures import REAL_LINES
 
 

@@ -1,4 +1,4 @@
-"""The start-up watch (sm120/monitor/fatal.py): fatal sequences trip it and name the cause;
+"""The start-up watch (sm120/logs/fatal.py): fatal sequences trip it and name the cause;
 every captured healthy start-up and the noise engines survive never trip it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.failures import load_catalogue
-from sm120.monitor.fatal import (
+from sm120.logs.failures import load_catalogue
+from sm120.logs.fatal import (
     SignatureFileError,
     StartupWatch,
     parse_signatures,

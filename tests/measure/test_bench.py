@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from sm120.engine.state import DeploymentState, save_state
 from sm120.measure import bench, history, metrics
 from sm120.measure.bench import BenchError, BenchOptions, plan_steps, run_bench
 from sm120.measure.load import TokenPool, run_load
@@ -33,7 +34,6 @@ from sm120.measure.vllm_bench import (
     parse_serve_result,
     serve_args,
 )
-from sm120.state import DeploymentState, save_state
 from tests.fakes.scripted_server import ScriptedServer
 from tests.helpers import DATA_DIR, invoke
 

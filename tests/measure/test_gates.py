@@ -15,7 +15,7 @@ from sm120.measure.cases import Check, builtin_gates, parse_gate_file, select
 from sm120.measure.gates import GateOptions, document_budget, run_cases
 from sm120.measure.judge import judge
 from sm120.measure.target import target_for_url
-from sm120.measure.wire import Exchange, ToolCall
+from sm120.server.wire import Exchange, ToolCall
 from tests.fakes.scripted_server import Answer, ScriptedServer, ScriptedTool
 from tests.helpers import invoke
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from sm120.client import BadServerResponse
 from sm120.measure.prompts import ATTEMPTS, exact_text
-from sm120.measure.wire import Wire
+from sm120.server.client import BadServerResponse
+from sm120.server.wire import Wire
 
 
 def spelled(ids: Sequence[int]) -> str:

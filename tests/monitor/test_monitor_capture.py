@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120.monitor.capture import (
+from sm120.engine.log_capture import (
     DEFAULT_MAX_BYTES,
     Capture,
     LogChunk,
@@ -22,7 +22,7 @@ from sm120.monitor.capture import (
     load_cursor,
     start_fresh_log,
 )
-from sm120.monitor.follow import LogFollower, tail_lines
+from sm120.engine.log_follow import LogFollower, tail_lines
 from tests.helpers import REPO
 
 
@@ -111,7 +111,7 @@ CAPTURE_SCRIPT = """
 import sys
 import time
 from pathlib import Path
-from sm120.monitor.capture import Capture, LogChunk, RotatingLogWriter
+from sm120.engine.log_capture import Capture, LogChunk, RotatingLogWriter
 
 class NumberedSource:
     # A replayable source, like a container's log: lines 0..N-1, position = lines so far.
@@ -228,7 +228,7 @@ def supervise(tmp_path: Path, log: Path, *argv: str) -> subprocess.CompletedProc
         [
             sys.executable,
             "-m",
-            "sm120.runtime.supervise",
+            "sm120.engine.runtime.supervise",
             "--exit-file",
             str(tmp_path / "exit.json"),
             "--log",

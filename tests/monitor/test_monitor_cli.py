@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from sm120.engine.state import DeploymentState, save_state
 from sm120.monitor.files import MonitorFiles, MonitorSettings
 from sm120.monitor.peaks import JsonlRing, write_json_atomically
-from sm120.state import DeploymentState, save_state
 from tests.helpers import invoke
 
 

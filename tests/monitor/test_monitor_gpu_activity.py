@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.gpu_readings import GpuReading, ScriptedSource
+from sm120.engine.gpu_readings import GpuReading, ScriptedSource
 from sm120.monitor.gpu_activity import GpuState, describe_gpus, gpu_state
 from sm120.monitor.watchdog import Activity, WedgeDetector, frozen_verdict
 from tests.monitor.test_monitor_watchdog import COMPILE_LINE, snap

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from sm120.checks import checked_plan, plan_document
-from sm120.lifecycle.monitoring import prepare_monitor, prepare_watch_only, settings_from_plan
+from sm120.deploy.checked import checked_plan, plan_document
+from sm120.deploy.monitoring import prepare_monitor, prepare_watch_only, settings_from_plan
+from sm120.engine.runtime.base import LaunchSpec
 from sm120.monitor.files import load_launch_spec, load_settings
-from sm120.plan import PlanRequest, resolve
-from sm120.runtime.base import LaunchSpec
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import invoke
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.derive import derive_index_topk_pattern, hf_overrides_with_pattern
-from sm120.errors import PlanError
+from sm120.core.errors import PlanError
+from sm120.plan.derive import derive_index_topk_pattern, hf_overrides_with_pattern
 from tests.helpers import argv_of, json_flag, plan_for
 
 # The 78-character pattern the seed's launcher hard-codes for GLM-5.2 (21 F, 57 S).

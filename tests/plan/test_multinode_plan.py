@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.catalogue import engine_flags
-from sm120.errors import PlanError
-from sm120.plan import PlanRequest, resolve
+from sm120.core.errors import PlanError
+from sm120.plan.resolve import PlanRequest, resolve
+from sm120.recipe.catalogue import engine_flags
 from sm120.render.argv import render_argv
 from tests.helpers import flag_value
 
@@ -146,8 +146,8 @@ def test_per_node_flags_are_reserved(flag: str) -> None:
 
 
 def test_unknown_executor_backend_is_a_rule_failure() -> None:
-    from sm120.hardware import Hardware
-    from sm120.rules import evaluate, failures
+    from sm120.plan.hardware import Hardware
+    from sm120.plan.rules import evaluate, failures
 
     resolved = plan("tiny", sets=("distributed-executor-backend=rayy",))
     failed = failures(evaluate(resolved, Hardware(0, "cpu", "declared")))
@@ -159,8 +159,8 @@ def test_unknown_executor_backend_is_a_rule_failure() -> None:
 
 
 def test_fits_gpus_counts_per_node_for_layouts() -> None:
-    from sm120.hardware import Hardware
-    from sm120.rules import evaluate, failures
+    from sm120.plan.hardware import Hardware
+    from sm120.plan.rules import evaluate, failures
 
     one_gpu = Hardware(1, "sm_121", "declared")
     assert failures(evaluate(plan("dsv4", "gb10x2"), one_gpu)) == []

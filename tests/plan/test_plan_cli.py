@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sm120.planner.memory import evaluate
-from sm120.planner.recommend import nvfp4_flag
+from sm120.plan.fit.memory import evaluate
+from sm120.plan.fit.recommend import nvfp4_flag
 from tests.helpers import invoke, one_line_error
 
 REQUIRED = (
@@ -116,9 +116,9 @@ def test_f24_shows_what_nvfp4_costs_against_mxfp4(cli: CliRunner) -> None:
 
 
 def test_f24_without_a_known_mxfp4_size(cli: CliRunner) -> None:
-    from sm120.plan import PlanRequest, resolve
-    from sm120.planner.dims import load_dims
-    from sm120.planner.memory import build_spec
+    from sm120.plan.fit.dims import load_dims
+    from sm120.plan.fit.memory import build_spec
+    from sm120.plan.resolve import PlanRequest, resolve
 
     plan = resolve(PlanRequest("dsv4", ("nvfp4",)))
     dims = load_dims(plan.model.dims, plan.model.weights_gib, None)

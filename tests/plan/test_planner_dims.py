@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sm120.errors import PlanError
-from sm120.planner.dims import load_dims
+from sm120.core.errors import PlanError
+from sm120.plan.fit.dims import load_dims
 from sm120.recipe.loader import load_recipe
 from tests.helpers import invoke
 

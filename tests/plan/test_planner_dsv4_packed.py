@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sm120.errors import PlanError
-from sm120.planner import kv
-from sm120.planner.dsv4_packed import deepseek_v4_packed
-from sm120.planner.memory import packs_dsv4_upstream
+from sm120.core.errors import PlanError
+from sm120.plan.fit import kv
+from sm120.plan.fit.dsv4_packed import deepseek_v4_packed
+from sm120.plan.fit.memory import packs_dsv4_upstream
 from tests.helpers import REPO, invoke
 from tests.plan.test_planner_kv import BF16, DSV4, FP8
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.errors import PlanError
-from sm120.planner import kv
+from sm120.core.errors import PlanError
+from sm120.plan.fit import kv
 from sm120.recipe.schema import ModelDims
 
 GIB = 1024**3

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120.dotenv import read_dotenv
-from sm120.errors import PlanError
+from sm120.core.dotenv import read_dotenv
+from sm120.core.errors import PlanError
 from sm120.render.argv import render_argv
 from tests.helpers import REPO, flag_value, plan_for
 

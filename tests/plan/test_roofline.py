@@ -2,7 +2,7 @@
 
 tok/s = bandwidth per GPU / (weight bytes a token reads / TP + KV bytes a rank reads), with
 weight bytes = resident weights - unpicked routed experts - all embedding rows but one
-(sm120/planner/roofline.py explains each term).
+(sm120/plan/fit/roofline.py explains each term).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.errors import PlanError
-from sm120.plan import PlanRequest, resolve
-from sm120.planner.roofline import decode_roofline, gpu_bandwidth
+from sm120.core.errors import PlanError
+from sm120.plan.fit.roofline import decode_roofline, gpu_bandwidth
+from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import REPO, invoke, one_line_error
 
 RECIPES = REPO / "recipes"

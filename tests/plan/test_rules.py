@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.hardware import Hardware
+from sm120.plan.hardware import Hardware
 from tests.helpers import SM120_X4, plan_for
 
 SM120_X2 = Hardware(gpus=2, arch="sm_120", source="declared")
@@ -66,7 +66,7 @@ def test_s04_negative_tensor_parallel() -> None:
 
 
 def test_smoke_budget_must_be_positive() -> None:
-    from sm120.errors import PlanError
+    from sm120.core.errors import PlanError
 
     with pytest.raises(PlanError, match=r"smoke\.max_tokens: Input should be greater than 0"):
         plan_for("glm47", sets=("smoke.max_tokens=0",))
@@ -185,7 +185,7 @@ def test_force_skips_a_rule_and_changes_the_hash() -> None:
 
 
 def test_unknown_force_id() -> None:
-    from sm120.errors import PlanError
+    from sm120.core.errors import PlanError
 
     with pytest.raises(PlanError, match="unknown rule 'f02'; did you mean 'F02'"):
         plan_for("glm47", force=("f02",))

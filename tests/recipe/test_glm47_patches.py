@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from sm120.patches import PatchInfo, read_series
+from sm120.recipe.patches import PatchInfo, read_series
 from tests.helpers import REPO
 from tests.recipe.vllm_source import (
     class_method,

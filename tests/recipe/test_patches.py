@@ -1,4 +1,4 @@
-"""sm120.patches (patch headers for image manifests) and images/glm47/apply-patches.sh on a
+"""sm120.recipe.patches (patch headers for image manifests) and images/glm47/apply-patches.sh on a
 small made-up tree; the real vLLM source is exercised in test_glm47_patches.py."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sm120.failures import load_catalogue
-from sm120.patches import (
+from sm120.logs.failures import load_catalogue
+from sm120.recipe.loader import load_recipe
+from sm120.recipe.patches import (
     PatchError,
     check_failure_ids,
     check_target,
@@ -22,7 +23,6 @@ from sm120.patches import (
     read_series,
     read_stack,
 )
-from sm120.recipe.loader import load_recipe
 from tests.helpers import REPO
 
 GLM47 = REPO / "images/glm47"

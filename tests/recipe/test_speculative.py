@@ -11,9 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sm120.errors import RecipeError
-from sm120.lifecycle.monitoring import settings_from_plan
-from sm120.plan import PlanRequest, resolve
+from sm120.core.errors import RecipeError
+from sm120.deploy.monitoring import settings_from_plan
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import recipe_from_data
 from sm120.recipe.schema import Speculative
 from sm120.render.argv import render_argv

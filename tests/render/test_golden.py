@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sm120.plan import PlanRequest, resolve
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.compose import render_compose_service
 from sm120.render.environment import render_env

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from sm120.cluster.docker_node import container_kwargs
-from sm120.cluster.hosts import parse_nodes
-from sm120.cluster.node import StartRequest
-from sm120.plan import PlanRequest, resolve
+from sm120.engine.cluster.docker_node import container_kwargs
+from sm120.engine.cluster.hosts import parse_nodes
+from sm120.engine.cluster.node import StartRequest
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import render_nodes

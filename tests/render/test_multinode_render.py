@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.cluster.hosts import parse_nodes
-from sm120.cluster.launch import start_steps
-from sm120.plan import PlanRequest, resolve
+from sm120.deploy.cluster import start_steps
+from sm120.engine.cluster.hosts import parse_nodes
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.multinode import CPU_SERVE_CLI, SERVE_CLI, NodeLaunch, render_nodes
 from tests.helpers import flag_value
 
@@ -153,7 +153,7 @@ def test_render_refuses_a_wrong_node_count() -> None:
 
 
 def test_api_host_is_where_this_machine_reaches_the_head() -> None:
-    from sm120.cluster.launch import reachable_api_host
+    from sm120.deploy.cluster import reachable_api_host
     from sm120.render.multinode import NodeAddress
 
     head = NodeAddress("root@10.9.9.9", "10.9.9.9")
@@ -163,8 +163,8 @@ def test_api_host_is_where_this_machine_reaches_the_head() -> None:
 
 
 def test_loopback_api_on_a_remote_head_is_refused() -> None:
-    from sm120.cluster.launch import reachable_api_host
-    from sm120.lifecycle.launcher import LaunchError
+    from sm120.deploy.cluster import reachable_api_host
+    from sm120.deploy.launcher import LaunchError
     from sm120.render.multinode import NodeAddress
 
     with pytest.raises(LaunchError) as caught:

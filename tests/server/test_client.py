@@ -6,8 +6,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from sm120 import client as client_module
-from sm120.client import (
+from sm120.core.errors import SM120Error
+from sm120.server import client as client_module
+from sm120.server import wire
+from sm120.server.client import (
     ApiKeyRejected,
     BadServerResponse,
     ServerClient,
@@ -16,8 +18,6 @@ from sm120.client import (
     smoke_test,
     translate_transport_errors,
 )
-from sm120.errors import SM120Error
-from sm120.measure import wire
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 SECRET = "sk-test-3f9a1c-do-not-leak"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.checks import CheckedPlan
-from sm120.plan import PlanRequest, resolve
+from sm120.deploy.checked import CheckedPlan
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.weights.download import QuietEvents
 from sm120.weights.ensure import WeightsIncomplete, ensure_weights, with_managed_dir
 from sm120.weights.manifest import read_manifest, write_manifest

@@ -1,0 +1,337 @@
+"""`sm120 launch NAME --nodes HEAD,WORKER,...`: preflight every node, start in the order the
+executor needs, wait for READY through the head, and on any failure stop every node.
+
+native: the headless workers first (they wait at the rendezvous), then rank 0 on the head,
+which serves the API once all ranks joined. ray: the Ray head, then the workers join (waited
+for until the cluster counts every node), then the engine on the head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sm120.core.net import exposure_warning
+from sm120.deploy.checked import CheckedPlan, plan_document
+
+# The single-host launcher's steps, reused as they are (same checks, same READY probe).
+from sm120.deploy.launcher import (
+    LaunchError,
+    LaunchOptions,
+    PhaseView,
+    Progress,
+    Ready,
+    engine_python,
+    model_ready,
+    refuse_or_replace,
+    wait_and_smoke,
+)
+from sm120.deploy.monitoring import prepare_watch_only, start_for
+from sm120.engine.cluster.node import Node, NodeError, StartRequest
+from sm120.engine.cluster.nodes import make_nodes
+from sm120.engine.cluster.preflight import check, probe_all, probe_requests
+from sm120.engine.cluster.record import ClusterRecord, StartedProcess, save_record
+from sm120.engine.cluster.runtime import RUNTIME_NAME, ClusterRuntime
+from sm120.engine.runtime.processes import start_ticks
+from sm120.engine.secrets import ensure_api_key, read_api_key
+from sm120.engine.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    private_dir,
+    save_state,
+    write_private_atomically,
+)
+from sm120.measure.target import save_plan
+from sm120.plan.resolve import LaunchPlan
+from sm120.render.compose import CONTAINER_MODEL_DIR
+from sm120.render.multinode import NodeAddress, NodeLaunch, NodeProcess, render_nodes
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+RAY_WAIT_S = 300.0
+RAY_POLL_S = 3.0
+# Counts the live nodes of the Ray cluster at argv[1] (run with the engine's Python).
+RAY_NODES = (
+    "import ray,sys;ray.init(address=sys.argv[1],logging_level='ERROR');"
+    "print(sum(1 for n in ray.nodes() if n['Alive']))"
+)
+
+NodeMaker = Callable[..., list[Node]]
+
+
+@dataclass(frozen=True)
+class ClusterRequest:
+    nodes: list[NodeAddress]
+    runtime: str = "native"  # native: the engine's Python over SSH; docker: Docker over ssh://
+    ssh_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StartStep:
+    rank: int
+    process: NodeProcess
+    # After this start, wait until the Ray cluster counts this many live nodes (0: no wait).
+    ray_nodes: int = 0
+
+
+def start_steps(launches: Sequence[NodeLaunch], executor: str) -> list[StartStep]:
+    """The order processes start in, across nodes."""
+    head, workers = launches[0], launches[1:]
+    if executor == "native":
+        return [*(StartStep(w.rank, w.main) for w in workers), StartStep(0, head.main)]
+    steps = [StartStep(0, head.processes[0], ray_nodes=1)]
+    steps += [StartStep(w.rank, w.main) for w in workers]
+    steps[-1] = dataclasses.replace(steps[-1], ray_nodes=len(launches))
+    steps.append(StartStep(0, head.main))
+    return steps
+
+
+def launch_cluster(
+    checked: CheckedPlan,
+    request: ClusterRequest,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+    *,
+    make: NodeMaker = make_nodes,
+) -> Ready:
+    checked.raise_on_failure()
+    # Before anything is written, as for one node (sm120.deploy.launcher.launch).
+    with deployment_lock(options.name, "launch"):
+        return _launch_cluster_locked(checked, request, options, progress, view, make)
+
+
+def _launch_cluster_locked(
+    checked: CheckedPlan,
+    request: ClusterRequest,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+    make: NodeMaker,
+) -> Ready:
+    started = time.monotonic()
+    plan = checked.plan
+    assert plan.multinode is not None
+    runtime = ClusterRuntime()
+    refuse_or_replace(options, progress)
+    python = _node_python(plan, options, request.runtime, progress)
+    nodes = make(
+        request.nodes, runtime=request.runtime, python=python, ssh_options=request.ssh_options
+    )
+    docker = request.runtime == "docker"
+    progress(f"preflight: probing {len(nodes)} nodes")
+    requests = probe_requests(
+        plan, len(nodes), image=plan.image_ref, model_dir=plan.model_dir, api_bind=plan.host
+    )
+    facts = check(plan, probe_all(nodes, request.nodes, requests), docker=docker)
+    api_host = reachable_api_host(plan.host, facts.addresses[0])
+    exposure = exposure_warning(plan.host)
+    if exposure:
+        progress(f"warning: {exposure}")
+    layout = plan.multinode.model_copy(update={"socket_ifname": facts.ifname})
+    plan = dataclasses.replace(plan, multinode=layout)
+    launches = render_nodes(
+        plan,
+        facts.addresses,
+        python=None if docker else python,
+        container_model_dir=CONTAINER_MODEL_DIR if docker and plan.model_dir else None,
+    )
+    key_file = str(ensure_api_key(options.name, options.api_key))
+    state, record = _begin(plan, options, runtime, nodes, api_host, key_file)
+    # bench and gates read the plan (image, baseline, limits) from the state dir.
+    save_plan(options.name, plan_document(checked))
+    try:
+        key = read_api_key(key_file)
+        # One budget for the whole start: forming a Ray cluster counts against it too.
+        budget = options.timeout_s or plan.timeouts.ready_s
+        _start_all(
+            plan, nodes, launches, record, state, key, progress, docker=docker, budget=budget
+        )
+        progress(f"all {len(nodes)} nodes started; waiting for the head to serve")
+        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+    except BaseException:
+        progress("stopping every node")
+        with contextlib.suppress(NodeError):
+            runtime.stop(state, timeout=10.0)
+        clear_state(options.name)
+        raise
+    if options.monitor:
+        prepare_watch_only(plan, options.name, RUNTIME_NAME)
+        ready.monitor_pid = start_for(options.name)
+    return ready
+
+
+def _node_python(plan: LaunchPlan, options: LaunchOptions, runtime: str, progress: Progress) -> str:
+    if runtime == "docker":
+        return plan.image.python
+    if plan.model.generated == "tiny":
+        python = engine_python(plan, options, progress)  # resolved (or built) here
+        model_ready(plan, python, progress)
+        return python
+    if plan.pending:
+        raise LaunchError(
+            f"cannot derive what the plan needs: {plan.pending[0]}",
+            "pass --model-dir with the downloaded checkpoint",
+        )
+    chosen = options.vllm_python or os.environ.get("VLLM_PYTHON")
+    if not chosen:
+        raise LaunchError(
+            "nodes reached over SSH run the engine's own Python, and none is named",
+            "--vllm-python PATH (the same path on every node), or --runtime docker",
+        )
+    return chosen
+
+
+def reachable_api_host(bind: str, head: NodeAddress) -> str:
+    """Where this machine reaches the head's API server."""
+    if bind in ANY_ADDRESS:
+        return head.address
+    if bind in LOOPBACK:
+        if not _is_local(head.address):
+            raise LaunchError(
+                f"the API would listen on {bind} of {head.host}, which this machine cannot reach",
+                f"--host {head.address} (or run sm120 on the head)",
+            )
+        return "127.0.0.1"
+    return bind
+
+
+def _is_local(address: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def _begin(
+    plan: LaunchPlan,
+    options: LaunchOptions,
+    runtime: ClusterRuntime,
+    nodes: Sequence[Node],
+    api_host: str,
+    key_file: str,
+) -> tuple[DeploymentState, ClusterRecord]:
+    """Record the deployment and start its log aggregator before the first node starts."""
+    folder = deployment_dir(options.name)
+    log_path = folder / "logs" / "serve.log"
+    private_dir(log_path.parent)
+    write_private_atomically(log_path, "")
+    record = ClusterRecord(
+        run_id=f"{options.name}-{secrets.token_hex(4)}", nodes=[n.describe() for n in nodes]
+    )
+    save_record(options.name, record)
+    aggregator = runtime.start_aggregator(options.name)
+    state = DeploymentState(
+        name=options.name,
+        recipe=plan.recipe,
+        runtime=RUNTIME_NAME,
+        supervisor_pid=aggregator,
+        supervisor_start=start_ticks(aggregator),
+        engine_pid=None,
+        host=api_host,
+        port=plan.port,
+        plan_hash=plan.plan_hash,
+        started_at=time.time(),
+        log_path=str(log_path),
+        exit_file=str(folder / "exit.json"),
+        served_model_name=plan.model.served_name,
+        model_dir=plan.model_dir,
+        api_key_file=key_file,
+    )
+    save_state(state)
+    return state, record
+
+
+def _start_all(
+    plan: LaunchPlan,
+    nodes: Sequence[Node],
+    launches: Sequence[NodeLaunch],
+    record: ClusterRecord,
+    state: DeploymentState,
+    key: str | None,
+    progress: Progress,
+    *,
+    docker: bool,
+    budget: float,
+) -> None:
+    assert plan.multinode is not None
+    for step in start_steps(launches, plan.multinode.executor):
+        launch = launches[step.rank]
+        env = launch.env_for(step.process)
+        if step.process.serves_api and key:
+            env["VLLM_API_KEY"] = key  # travels on stdin / the Docker API, never argv
+        progress(f"starting {step.process.name} on {nodes[step.rank].label}")
+        handle = nodes[step.rank].start(
+            StartRequest(
+                deployment=state.name,
+                run_id=record.run_id,
+                rank=step.rank,
+                name=step.process.name,
+                argv=step.process.argv,
+                env=env,
+                image=launch.image,
+                gpus=launch.gpus,
+                model_dir=plan.model_dir if docker else None,
+                container_model_dir=CONTAINER_MODEL_DIR if docker else None,
+                shm_size=plan.image.shm_size,
+                labels={"sm120.recipe": plan.recipe, "sm120.plan-hash": plan.plan_hash},
+            )
+        )
+        record.processes.append(StartedProcess(step.rank, step.process.name, handle))
+        save_record(state.name, record)
+        if step.ray_nodes:
+            head = launches[0]
+            ray_head = next(p for p in record.processes if p.rank == 0 and p.name != "engine")
+            address = f"{head.address}:{plan.multinode.ray_port}"
+            progress(f"waiting for {step.ray_nodes} nodes in the Ray cluster at {address}")
+            wait_for_ray(
+                nodes[0],
+                ray_head.handle,
+                head.main.argv[0],
+                address,
+                step.ray_nodes,
+                timeout=min(budget, RAY_WAIT_S),
+            )
+
+
+def wait_for_ray(
+    head: Node,
+    handle: str,
+    python: str,
+    address: str,
+    expected: int,
+    *,
+    timeout: float = RAY_WAIT_S,
+    poll: float = RAY_POLL_S,
+) -> None:
+    deadline = time.monotonic() + timeout
+    alive = 0
+    while True:
+        if not head.status(handle).running:
+            raise LaunchError(
+                f"{head.label}: the Ray head ended before the cluster formed",
+                "its output is in the deployment log (sm120 logs)",
+            )
+        code, output = head.run(handle, [python, "-c", RAY_NODES, address], timeout=60.0)
+        lines = output.strip().splitlines()
+        if code == 0 and lines and lines[-1].strip().isdigit():
+            alive = int(lines[-1].strip())
+            if alive >= expected:
+                return
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                f"the Ray cluster at {address} has {alive} of {expected} nodes after "
+                f"{timeout:.0f} s",
+                "the workers must reach the head's Ray port over the fabric (sm120 logs)",
+            )
+        time.sleep(poll)

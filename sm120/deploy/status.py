@@ -1,0 +1,108 @@
+"""What `sm120 status` reports about one deployment."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sm120.core.net import client_url, http_url
+from sm120.engine.cluster.record import load_record
+from sm120.engine.find import runtime_for
+from sm120.engine.log_follow import tail_lines as follow_tail
+from sm120.engine.secrets import read_api_key
+from sm120.engine.state import DeploymentState, deployment_dir
+from sm120.monitor.files import MonitorFiles
+from sm120.monitor.summary import monitor_summary
+from sm120.server.client import BadServerResponse, bounded_request
+
+
+def _age(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _metrics(base: str) -> dict[str, float]:
+    """A few gauges from /metrics; the full parser belongs to the monitor."""
+    wanted = {
+        "vllm:kv_cache_usage_perc": "kv",
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+    }
+    found: dict[str, float] = {}
+    try:
+        with httpx.Client(timeout=5.0) as http:
+            text = bounded_request(http, "GET", f"{base}/metrics").text
+    except (httpx.HTTPError, BadServerResponse):
+        return found
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted and not line.startswith("#"):
+            try:
+                found[wanted[name]] = found.get(wanted[name], 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return found
+
+
+def describe(state: DeploymentState) -> dict[str, Any]:
+    runtime = runtime_for(state)
+    current = runtime.status(state)
+    base = client_url(state.host, state.port)
+    row: dict[str, Any] = {
+        "name": state.name,
+        "recipe": state.recipe,
+        "runtime": state.runtime,
+        "plan_hash": state.plan_hash,
+        "running": current.running,
+        "stale": current.stale,
+        "pid": current.pid,
+        "supervisor_pid": state.supervisor_pid,
+        "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_at)),
+        "uptime": _age(time.time() - state.started_at),
+        "endpoint": http_url(state.host, state.port, "/v1"),
+        "served_model_name": state.served_model_name,
+        "log_path": state.log_path,
+        "container": state.container_id[:12] if state.container_id else None,
+    }
+    if state.runtime == "cluster":
+        record = load_record(state.name)
+        row["nodes"] = [str(node["host"]) for node in record.nodes] if record else []
+    if current.running:
+        row["health"] = _health(base, read_api_key(state.api_key_file))
+        metrics = _metrics(base)
+        if "kv" in metrics:
+            row["kv_cache_usage_pct"] = metrics["kv"] * 100
+            row["requests_running"] = int(metrics.get("running", 0))
+            row["requests_waiting"] = int(metrics.get("waiting", 0))
+    else:
+        info = current.exit or runtime.exit_info(state)
+        row["exit"] = info.describe() if info else "ended (exit status unknown)"
+        row["exit_code"] = info.returncode if info else None
+        row["exit_signal"] = info.signal if info else None
+        row["ended"] = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended_at)) if info else None
+        )
+    row["monitor"] = monitor_summary(MonitorFiles(deployment_dir(state.name)))
+    # What the monitor last read of each GPU (empty without GPUs or a fresh monitor).
+    row["gpus"] = row["monitor"]["gpus"]
+    return row
+
+
+def _health(base: str, key: str | None) -> int | None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        # Only the status matters: the body is never read.
+        with httpx.stream("GET", f"{base}/health", headers=headers, timeout=5.0) as response:
+            return response.status_code
+    except httpx.HTTPError:
+        return None
+
+
+def tail_lines(path: str, count: int) -> tuple[list[str], int]:
+    """The last `count` lines of the current serve.log and how many lines it has. Backups
+    stay out: after a launch they hold the previous run, not this one."""
+    return follow_tail(Path(path), count, max_backups=0)

@@ -1,0 +1,116 @@
+"""The one interface every way of running an engine (native process, container) offers."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sm120.engine.state import DeploymentState, StateError
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a runtime needs to start one engine; argv is a list, never a shell string."""
+
+    name: str
+    recipe: str
+    argv: tuple[str, ...]
+    # Added on top of the launcher's own environment, not a replacement for it.
+    env: Mapping[str, str]
+    host: str
+    port: int
+    plan_hash: str
+    served_model_name: str
+    model_dir: str | None
+    api_key_file: str | None
+    # Docker runtime: the rendered containers.run arguments (sm120.render.container).
+    container: Mapping[str, Any] | None = None
+
+
+@dataclass
+class ExitInfo:
+    returncode: int | None
+    signal: int | None
+    ended_at: float
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by {signal_name(self.signal)}"
+        if self.returncode is not None:
+            return f"exited with code {self.returncode}"
+        return "ended (exit status unknown)"
+
+    @classmethod
+    def read(cls, path: Path) -> ExitInfo | None:
+        """Read an exit record written by sm120.engine.runtime.supervise; None if there is none yet.
+        Writers replace it atomically, so anything unreadable was damaged: one line says so."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise _unusable_record(path, str(exc)) from None
+        if not isinstance(data, dict):
+            raise _unusable_record(path, f"it holds {type(data).__name__}, not a JSON object")
+        for key in ("returncode", "signal"):
+            value = data.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise _unusable_record(path, f"'{key}' must be an integer or null")
+        ended_at = data.get("ended_at", 0.0)
+        if isinstance(ended_at, bool) or not isinstance(ended_at, (int, float)):
+            raise _unusable_record(path, "'ended_at' must be a time in seconds since 1970")
+        return cls(returncode=data.get("returncode"), signal=data.get("signal"), ended_at=ended_at)
+
+
+def _unusable_record(path: Path, problem: str) -> StateError:
+    return StateError(
+        f"exit record {path} is unusable: {problem}",
+        f"delete {path}; status then goes by the processes alone",
+    )
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass
+class RuntimeStatus:
+    running: bool
+    exit: ExitInfo | None
+    pid: int | None
+    # No end was recorded, yet nothing the state names is ours any more (the machine
+    # restarted, or the process was killed with its supervisor): only the state is left.
+    stale: bool = False
+
+
+class Runtime(Protocol):
+    # "native" or "docker": how the launcher prepares what the runtime starts.
+    kind: str
+
+    def start(self, spec: LaunchSpec, log_path: Path) -> DeploymentState:
+        """Start the engine in the background, save and return its state."""
+        ...
+
+    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+        """SIGTERM everything the deployment started, SIGKILL what is left after timeout."""
+        ...
+
+    def status(self, state: DeploymentState) -> RuntimeStatus: ...
+
+    def exit_info(self, state: DeploymentState) -> ExitInfo | None: ...
+
+    def follow(
+        self,
+        state: DeploymentState,
+        from_line: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[str]:
+        """Yield log lines (without newline) as written, until stop() or the engine is gone."""
+        ...

@@ -1,0 +1,43 @@
+"""A tiny random model for exercising a real engine without downloading weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sm120.core.errors import SM120Error
+from sm120.core.paths import sm120_home
+from sm120.engine.engine_env import Progress, stream_command
+
+# Run by path under the engine's Python: that interpreter has torch, sm120's does not.
+BUILDER_SCRIPT = Path(__file__).with_name("tiny_model_builder.py")
+
+
+class TinyModelError(SM120Error):
+    """The tiny model could not be built."""
+
+
+def default_tiny_model_dir() -> Path:
+    return sm120_home() / "models" / "tiny"
+
+
+def ensure_tiny_model(engine_python: Path, dest: Path, progress: Progress) -> Path:
+    """Build the tiny model into dest unless it is already there."""
+    if (dest / "config.json").is_file():
+        return dest
+    progress(f"building the tiny test model in {dest}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # -I: the builder's own directory (sm120/) must not shadow the engine's packages.
+    argv = [str(engine_python), "-I", str(BUILDER_SCRIPT), str(dest)]
+    try:
+        result = stream_command(argv, progress)
+    except OSError as exc:
+        raise TinyModelError(
+            f"cannot run {engine_python}: {exc}", hint="check --vllm-python / VLLM_PYTHON"
+        ) from exc
+    if result.returncode != 0:
+        raise TinyModelError(
+            f"building the tiny model failed (exit {result.returncode}):\n"
+            + "\n".join(result.tail),
+            hint=f"the engine at {engine_python} needs torch, transformers and tokenizers",
+        )
+    return dest

@@ -1,1 +1,0 @@
-"""Serving for real: launch, wait, smoke-test, and find running deployments again."""

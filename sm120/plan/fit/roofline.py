@@ -1,0 +1,180 @@
+"""The decode roofline: the fastest one request can decode if every byte it needs is read once
+at the GPUs' full memory bandwidth.
+
+Decoding one token reads every weight the token passes through plus the KV cache of the
+context so far. Tensor-parallel ranks read their shards at the same time; pipeline stages
+run one after another for one request, so only the TP ranks add bandwidth:
+
+    tok/s = bandwidth per GPU / (weight bytes read per token / TP + KV bytes per rank)
+
+Weight bytes read per token are the resident weights (model.weights_gib, as the engine
+reports them) less what a token does not touch: the routed experts the router did not pick
+(MoE layers x (n_routed_experts - num_experts_per_tok) x 3 projections x hidden_size x
+moe_intermediate_size, at the checkpoint's bytes per expert parameter) and the embedding
+table, of which a token reads one row. KV bytes per rank are the planner's own KV layout for
+a request of `context` tokens (sparse attention reads less: the figure stays a bound).
+
+One forward pass makes one token; speculative decoding makes several per pass when drafts
+are accepted, so a published figure with MTP can beat this roofline.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from sm120.core.errors import PlanError
+from sm120.plan.fit.dims import GIB, PlannerDims, load_dims
+from sm120.plan.fit.memory import build_spec, layout_for, planned_layout
+from sm120.plan.resolve import LaunchPlan
+
+# Published single-request figures are short chats; the roofline beside them reads that much KV.
+ROOFLINE_CONTEXT_TOKENS = 2048
+GB = 10**9  # bandwidth figures are decimal GB/s
+
+# Bytes per routed-expert parameter, block scales included: NVFP4 packs 4 bits with one FP8
+# scale per 16 values, MXFP4 one E8M0 scale per 32; FP8 block scales (1 per 128x128) are
+# under 0.03% and left out.
+EXPERT_BYTES = {
+    "nvfp4": 0.5 + 1 / 16,
+    "mxfp4": 0.5 + 1 / 32,
+    "fp8": 1.0,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "fp16": 2.0,
+}
+_ACTIVATION_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+GATED_PROJECTIONS = 3  # gate, up and down
+
+
+@dataclass(frozen=True)
+class GpuBandwidth:
+    gbs: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Roofline:
+    tok_s: float
+    context: int
+    tensor_parallel: int
+    bandwidth: GpuBandwidth
+    weight_bytes: float  # read per token, all ranks together
+    kv_bytes_per_rank: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decode_tok_s": round(self.tok_s, 1),
+            "context_tokens": self.context,
+            "tensor_parallel": self.tensor_parallel,
+            "bandwidth_gbs_per_gpu": self.bandwidth.gbs,
+            "bandwidth_source": self.bandwidth.source,
+            "weight_gb_per_token": round(self.weight_bytes / GB, 3),
+            "kv_gb_per_rank": round(self.kv_bytes_per_rank / GB, 4),
+        }
+
+
+@functools.cache
+def _bandwidth_table() -> tuple[tuple[re.Pattern[str], GpuBandwidth | None], ...]:
+    text = resources.files("sm120.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    rows = []
+    for item in yaml.safe_load(text):
+        figure = item.get("memory_bandwidth_gbs")
+        bandwidth = GpuBandwidth(float(figure), item["bandwidth_source"]) if figure else None
+        rows.append((re.compile(item["match"], re.IGNORECASE), bandwidth))
+    return tuple(rows)
+
+
+def gpu_bandwidth(gpu_model: str) -> GpuBandwidth | None:
+    """The first gpus.yaml entry matching the name decides, as for compute capability."""
+    for pattern, bandwidth in _bandwidth_table():
+        if pattern.search(gpu_model):
+            return bandwidth
+    return None
+
+
+def unread_weight_bytes(dims: PlannerDims, quantization: str) -> float:
+    """Resident bytes one decoded token does not read: unpicked routed experts, and all
+    embedding rows but its own."""
+    d = dims.dims
+    unread = 0.0
+    if d.vocab_size and d.hidden_size:
+        unread += d.vocab_size * d.hidden_size * _ACTIVATION_BYTES[d.dtype]
+    if d.n_routed_experts and d.num_experts_per_tok:
+        if d.hidden_size is None or d.moe_intermediate_size is None:
+            raise PlanError(
+                "model.dims names experts but not hidden_size and moe_intermediate_size",
+                "copy both from the checkpoint's config.json into model.dims",
+            )
+        per_byte = EXPERT_BYTES.get(quantization.lower())
+        if per_byte is None:
+            raise PlanError(
+                f"quantization '{quantization}' has no bytes-per-parameter figure",
+                f"use one of {', '.join(sorted(EXPERT_BYTES))}",
+            )
+        moe_layers = d.num_hidden_layers - d.first_k_dense_replace
+        unpicked = d.n_routed_experts - d.num_experts_per_tok
+        expert_params = GATED_PROJECTIONS * d.hidden_size * d.moe_intermediate_size
+        unread += moe_layers * unpicked * expert_params * per_byte
+    return unread
+
+
+def picked_expert_bytes(dims: PlannerDims, quantization: str) -> float:
+    """The routed experts one token does read: a floor for the bytes it reads."""
+    d = dims.dims
+    if not (d.n_routed_experts and d.num_experts_per_tok and d.hidden_size):
+        return 0.0
+    expert_params = GATED_PROJECTIONS * d.hidden_size * (d.moe_intermediate_size or 0)
+    moe_layers = d.num_hidden_layers - d.first_k_dense_replace
+    return moe_layers * d.num_experts_per_tok * expert_params * EXPERT_BYTES[quantization.lower()]
+
+
+def decode_roofline(plan: LaunchPlan, context: int = ROOFLINE_CONTEXT_TOKENS) -> Roofline:
+    """The roofline of `plan` at `context` tokens; PlanError says what is missing."""
+    gpu_model = plan.hardware.gpu_model
+    if not gpu_model:
+        raise PlanError("the recipe names no hardware.gpu_model", "add it, e.g. RTX PRO 6000")
+    bandwidth = gpu_bandwidth(gpu_model)
+    if bandwidth is None:
+        raise PlanError(
+            f"no memory bandwidth is known for '{gpu_model}'",
+            "add memory_bandwidth_gbs with its source to sm120/data/gpus.yaml",
+        )
+    dims = load_dims(plan.model.dims, plan.model.weights_gib, None)
+    if dims.weights_gib is None:
+        raise PlanError("the recipe has no model.weights_gib", "add the engine's resident size")
+    weight_bytes = dims.weights_gib * GIB - unread_weight_bytes(dims, plan.model.quantization)
+    picked = picked_expert_bytes(dims, plan.model.quantization)
+    if weight_bytes < picked:
+        raise PlanError(
+            f"model.weights_gib ({dims.weights_gib:g} GiB) is smaller than the routed experts "
+            f"model.dims and quantization '{plan.model.quantization}' describe",
+            "check weights_gib against the engine's 'Model loading took' line",
+        )
+    tp, dcp = planned_layout(plan)
+    layout = layout_for(build_spec(plan, dims, tp, None, None, None), tp, dcp)
+    # Only the tokens stored are read: block padding and the prefill-chunk room of window
+    # caches are allocation, and a window cache holds at most its window.
+    kv_bytes = layout.bytes_per_block * context // (layout.block_size * dcp)
+    seconds = (weight_bytes / tp + kv_bytes) / (bandwidth.gbs * GB)
+    return Roofline(
+        tok_s=1 / seconds,
+        context=context,
+        tensor_parallel=tp,
+        bandwidth=bandwidth,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_rank=kv_bytes,
+    )
+
+
+def roofline_or_reason(plan: LaunchPlan) -> tuple[Roofline | None, str | None]:
+    """For views: the roofline, or why there is none (one line)."""
+    try:
+        return decode_roofline(plan), None
+    except PlanError as error:
+        return None, error.one_line()

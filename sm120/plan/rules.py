@@ -1,0 +1,337 @@
+"""Fail-fast rules over a resolved plan and the hardware it will run on.
+
+Each rule has a stable id (a failure-catalogue id such as F07, or S.. for sanity), a severity,
+and returns the problems it finds as one-line messages that name the fix. A rule is skipped
+only by `--force ID`, which the plan records (and hashes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sm120.core.suggest import did_you_mean
+from sm120.plan.hardware import Hardware
+from sm120.plan.resolve import LaunchPlan
+from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
+
+Severity = Literal["error", "warn"]
+Check = Callable[[LaunchPlan, Hardware], Iterator[str]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: Severity
+    title: str
+    check: Check
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    id: str
+    severity: Severity
+    status: Literal["pass", "fail", "warn", "forced"]
+    title: str
+    messages: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "status": self.status,
+            "title": self.title,
+            "messages": list(self.messages),
+        }
+
+
+RULES: list[Rule] = []
+
+
+def rule(rule_id: str, severity: Severity, title: str) -> Callable[[Check], Check]:
+    def register(check: Check) -> Check:
+        RULES.append(Rule(rule_id, severity, title, check))
+        return check
+
+    return register
+
+
+def _int(plan: LaunchPlan, name: str, default: int) -> int:
+    value = plan.arg(name, default)
+    return value if isinstance(value, int) else default
+
+
+def _tp(plan: LaunchPlan) -> int:
+    return _int(plan, "tensor-parallel-size", 1)
+
+
+def _kv_dtype(plan: LaunchPlan) -> str:
+    return str(plan.arg("kv-cache-dtype") or "auto")
+
+
+@rule("S01", "error", "tensor parallel size divisible by decode context parallel size")
+def _tp_divisible_by_dcp(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dcp = _int(plan, "decode-context-parallel-size", 1)
+    if _tp(plan) % dcp:
+        yield (
+            f"tensor-parallel-size {_tp(plan)} is not divisible by "
+            f"decode-context-parallel-size {dcp}; pick a DCP that divides TP (1, 2 or 4 for TP 4)"
+        )
+
+
+@rule("S02", "error", "the plan fits the GPUs")
+def _fits_gpus(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    needed = _tp(plan) * _int(plan, "pipeline-parallel-size", 1)
+    if plan.hardware.gpus == 0:
+        return
+    if plan.multinode is not None:
+        # Each node brings its share; the per-node preflight counts the GPUs of every node.
+        needed = plan.multinode.gpus_per_node
+    if needed > hw.gpus:
+        yield (
+            f"TP x PP = {needed} GPUs but {hw.describe()} has {hw.gpus}; lower "
+            "tensor-parallel-size or pick a variant for fewer GPUs"
+        )
+
+
+@rule("S03", "error", "port in range")
+def _port_range(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if not 1 <= plan.port <= 65535:
+        yield f"port {plan.port} is outside 1-65535; use e.g. --port 8000"
+
+
+# The engines keep lengths and counts in 32-bit integers in places (CUDA kernels, torch
+# index tensors): anything above overflows there, or is simply a typo.
+INT32_MAX = 2**31 - 1
+
+
+@rule("S04", "error", "lengths and counts are positive and fit in 32 bits")
+def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    flags = engine_flags(plan.engine).flags
+    for name, value in plan.args:
+        spec = flags.get(name)
+        if spec is None or spec.minimum is None or not isinstance(value, int):
+            continue
+        highest = INT32_MAX if spec.maximum is None else spec.maximum
+        if value < spec.minimum:
+            yield f"{name} must be at least {spec.minimum}, got {value}"
+        elif value > highest:
+            shown = (
+                str(value) if value < 10**24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            )
+            yield f"{name} must be at most {highest}, got {shown}"
+
+
+@rule("S05", "error", "memory fraction between 0 and 1")
+def _memory_fraction(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    for name in ("gpu-memory-utilization", "mem-fraction-static"):
+        value = plan.arg(name)
+        if isinstance(value, float) and not 0.0 < value <= 1.0:
+            yield f"{name} must be in (0, 1], got {value}; the seeds use 0.80-0.95"
+
+
+@rule("S06", "error", "hardware the recipe is validated on")
+def _validated_hardware(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if hw.source == "assumed":
+        return
+    if hw.arch not in plan.hardware.compute_caps:
+        wanted = ", ".join(plan.hardware.compute_caps)
+        yield (
+            f"{plan.recipe} is validated on {wanted}, this is {hw.describe()}; "
+            "pass --force S06 to try anyway"
+        )
+
+
+@rule("S07", "error", "flag values the engine build knows")
+def _known_choices(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    flags = engine_flags(plan.engine)
+    for name, value in plan.args:
+        spec = flags.flags.get(name)
+        if spec is None or spec.choices_key is None or value is None or name == "attention-backend":
+            continue
+        problem = choice_error(
+            spec, str(value), flags.choices(plan.image.flavour, spec.choices_key)
+        )
+        if problem:
+            yield f"{problem} for the {plan.image.flavour} engine build"
+
+
+@rule("S08", "error", "the CPU build of vLLM has no Ray executor")
+def _cpu_ray(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    # vllm/v1/executor/ray_utils.py (0.32): "current platform cpu does not support ray".
+    if plan.image.flavour == "cpu" and plan.arg("distributed-executor-backend") == "ray":
+        yield (
+            "vLLM's CPU build refuses the Ray executor ('current platform cpu does not support "
+            "ray'); use the native multi-node executor (multinode.executor=native)"
+        )
+
+
+@rule("F02", "error", "attention backend names are uppercase enum names")
+def _attention_backend_name(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    backend = plan.arg("attention-backend")
+    if plan.engine != "vllm" or backend is None:
+        return
+    known = engine_flags("vllm").choices(plan.image.flavour, "attention_backends")
+    if str(backend) in known:
+        return
+    upper = [b for b in known if b.startswith(str(backend).upper())]
+    hint = f"; did you mean '{upper[0]}'?" if upper else did_you_mean(str(backend), known)
+    yield (
+        f"unknown attention backend '{backend}'{hint} vLLM names are uppercase enum names "
+        "such as TRITON_ATTN"
+    )
+
+
+@rule("F01", "error", "no FlashInfer attention on SM120 with vLLM 0.15")
+def _flashinfer_on_sm120(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if (
+        plan.engine == "vllm"
+        and hw.is_sm12x
+        and plan.arg("attention-backend") == "FLASHINFER"
+        and plan.image.engine_version.startswith("0.15")
+    ):
+        yield (
+            "FLASHINFER attention crashes at prefill_wrapper.plan() on SM120 with vLLM 0.15; "
+            "use --set attention-backend=TRITON_ATTN"
+        )
+
+
+@rule("F07", "error", "no nvfp4 KV cache on SM12x")
+def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4"):
+        yield (
+            f"kv-cache-dtype {_kv_dtype(plan)} has no {hw.arch} kernel (the engine dies on the "
+            "first request); use --set kv-cache-dtype=fp8"
+        )
+
+
+@rule("F11", "error", "sparse MLA needs an fp8 KV cache on SM12x")
+def _sparse_mla_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    sparse_mla = plan.model.attention == "mla_sparse_dsa" and plan.engine == "vllm"
+    if hw.is_sm12x and sparse_mla and not _kv_dtype(plan).startswith("fp8"):
+        yield (
+            f"kv-cache-dtype {_kv_dtype(plan)} on the SM120 sparse-MLA path produces "
+            "garbage output; use --set kv-cache-dtype=fp8 (stored as fp8_ds_mla)"
+        )
+
+
+def _fp4_indexer_requested(plan: LaunchPlan) -> bool:
+    config = plan.arg("attention-config")
+    if isinstance(config, dict) and config.get("use_fp4_indexer_cache") in (True, "true", "True"):
+        return True
+    overrides = plan.arg("hf-overrides")
+    return isinstance(overrides, dict) and bool(overrides.get("use_fp4_indexer_cache"))
+
+
+@rule("F13", "error", "no fp4 indexer cache on SM12x")
+def _fp4_indexer(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if hw.is_sm12x and _fp4_indexer_requested(plan):
+        yield (
+            "use_fp4_indexer_cache asserts on SM12x (the DSA fp4 indexer cache is SM100-only); "
+            "remove it from attention-config"
+        )
+
+
+@rule("F14", "error", "DeepSeek-V4 needs an fp8 KV cache")
+def _dsv4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dsv4 = plan.model.attention == "dsv4_compressed" and plan.engine == "vllm"
+    if dsv4 and _kv_dtype(plan) not in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
+        yield (
+            f"DeepSeek-V4 fails at model construction with kv-cache-dtype {_kv_dtype(plan)}; "
+            "its fp8_ds_mla layout needs --set kv-cache-dtype=fp8"
+        )
+
+
+@rule("F17", "error", "only environment variables the image's engine reads")
+def _env_allow_list(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    allowed = env_allow_list(plan.engine, plan.image.flavour, tuple(plan.image.env_allow))
+    for name, _ in plan.env:
+        if name in allowed.invented:
+            yield f"{name}: {allowed.invented[name]}; remove it"
+        elif name == "VLLM_ATTENTION_BACKEND" or not allowed.allows(name):
+            hint = did_you_mean(name, allowed.names)
+            yield (
+                f"{name} is not read by the {plan.image.flavour} engine build, so it would be "
+                f"silently ignored{hint} (add it to the image's env_allow if it is real)"
+            )
+
+
+@rule("F09", "error", "DSA models get an explicit index_topk_pattern")
+def _index_pattern(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if plan.model.attention != "mla_sparse_dsa" or plan.engine != "vllm":
+        return
+    overrides = plan.arg("hf-overrides")
+    has_pattern = isinstance(overrides, dict) and overrides.get("index_topk_pattern")
+    if not has_pattern and not plan.pending:
+        yield (
+            "no index_topk_pattern in hf-overrides: vLLM ignores indexer_types and long-context "
+            "output turns to garbage; enable derive.index_topk_pattern or pass the pattern"
+        )
+
+
+@rule("F24", "warn", "NVFP4 DeepSeek-V4 leaves less KV room on SM12x")
+def _dsv4_nvfp4(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if plan.model.attention == "dsv4_compressed" and plan.model.quantization == "nvfp4":
+        yield (
+            "NVFP4 weights are ~4 GiB/GPU larger than MXFP4 on SM12x (less KV cache, lower "
+            "concurrency); the default MXFP4 checkpoint is the better choice"
+        )
+
+
+@rule("F16", "warn", "CUDA graphs on the DeepSeek-V4 Triton sparse-MLA path")
+def _dsv4_cudagraph(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if (
+        plan.model.attention == "dsv4_compressed"
+        and plan.engine == "vllm"
+        and plan.env_dict.get("VLLM_TRITON_MLA_SPARSE_ALLOW_CUDAGRAPH") != "1"
+    ):
+        yield (
+            "without VLLM_TRITON_MLA_SPARSE_ALLOW_CUDAGRAPH=1 that path runs without CUDA "
+            "graphs (~5 tok/s decode)"
+        )
+
+
+@rule("F10", "warn", "PCIe-only multi-GPU needs NCCL_P2P_DISABLE=1")
+def _pcie_p2p(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if (
+        hw.is_sm12x
+        and _tp(plan) > 1
+        and plan.hardware.interconnect == "pcie"
+        and plan.env_dict.get("NCCL_P2P_DISABLE") != "1"
+    ):
+        yield (
+            "TP > 1 over PCIe without NCCL_P2P_DISABLE=1 often hangs at NCCL init on "
+            "RTX PRO 6000 boxes (ACS/IOMMU); set env.NCCL_P2P_DISABLE=1 unless P2P is verified"
+        )
+
+
+@rule("F12", "warn", "reasoning needs room in the READY probe")
+def _smoke_budget(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if plan.thinking and plan.smoke.max_tokens < 2000:
+        yield (
+            f"thinking is on and the READY probe allows only {plan.smoke.max_tokens} tokens: "
+            "reasoning can use them all and leave content empty; set smoke.max_tokens=2048"
+        )
+
+
+def evaluate(plan: LaunchPlan, hw: Hardware) -> list[RuleResult]:
+    results = []
+    for item in RULES:
+        messages = tuple(item.check(plan, hw))
+        if item.id in plan.forced:
+            status: Literal["pass", "fail", "warn", "forced"] = "forced"
+        elif not messages:
+            status = "pass"
+        else:
+            status = "fail" if item.severity == "error" else "warn"
+        results.append(RuleResult(item.id, item.severity, status, item.title, messages))
+    return results
+
+
+def rule_ids() -> list[str]:
+    return [r.id for r in RULES]
+
+
+def failures(results: list[RuleResult]) -> list[RuleResult]:
+    return [r for r in results if r.status == "fail"]

@@ -1,0 +1,445 @@
+"""The HTTP door for measurement traffic: streamed chat (with tool calls), streamed Anthropic
+messages, /tokenize, /metrics and /v1/models.
+
+`sm120.server.client` serves the launch probe and `sm120 chat`; this module adds what gates and
+benchmarks need on top: tool calls, the /v1/messages protocol, token usage and the moment of
+every streamed token. Errors reuse the client's types, and the API key never leaves the
+Authorization / x-api-key headers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sm120.server.client import (
+    BadServerResponse,
+    TransportWording,
+    bounded_body,
+    bounded_request,
+    check_status,
+    event_payloads,
+    json_object,
+    mask_secret,
+    server_root,
+    translate_transport_errors,
+)
+
+CHAT_PATH = "/v1/chat/completions"
+MESSAGES_PATH = "/v1/messages"
+MODELS_PATH = "/v1/models"
+TOKENIZE_PATH = "/tokenize"
+DETOKENIZE_PATH = "/detokenize"
+METRICS_PATH = "/metrics"
+
+# Anthropic stop reasons in OpenAI's words, so every check reads one vocabulary.
+_STOP_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+
+# Gates and benchmarks run against a deployment sm120 manages: point at its commands.
+_WORDING = TransportWording(
+    unreachable_hint="check that the deployment is running: sm120 status",
+    timeout_words="in time",
+    timeout_hint="the server may be compiling a new shape or wedged; check 'sm120 logs'",
+    broken_hint="the server may have crashed; check 'sm120 logs'",
+)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    id: str
+    root: str | None
+    """What the engine loaded (a local path for vLLM): the tokenizer for `vllm bench serve`."""
+    max_model_len: int | None
+
+
+@dataclass
+class ToolCall:
+    name: str = ""
+    arguments: str = ""
+    """The arguments as streamed: JSON text, checked by the gate, not trusted here."""
+
+
+@dataclass
+class Exchange:
+    """One streamed request and what came back, with the moment of each piece."""
+
+    api: str
+    started: float
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    ended: float | None = None
+    error: str | None = None
+    """An HTTP error status or a mid-stream error: the request failed, the server is up."""
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_at is None else self.first_at - self.started
+
+    @property
+    def prefill_tps(self) -> float | None:
+        ttft = self.ttft_s
+        if not self.prompt_tokens or not ttft or ttft <= 0:
+            return None
+        return self.prompt_tokens / ttft
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Tokens after the first, per second after the first, to the end of the stream: what
+        `vllm bench serve` calls 1/TPOT. The end of the stream rather than the last text:
+        tokens that complete no character (byte-level pieces) arrive bunched with later ones.
+        """
+        tokens, first, end = self.completion_tokens, self.first_at, self.ended
+        if tokens is None or tokens < 2 or first is None or end is None or end <= first:
+            return None
+        return (tokens - 1) / (end - first)
+
+    @property
+    def total_s(self) -> float:
+        return (self.ended or time.perf_counter()) - self.started
+
+    def saw_output(self, now: float) -> None:
+        if self.first_at is None:
+            self.first_at = now
+        self.last_at = now
+
+
+class Wire:
+    """Synchronous requests for gates and probes; one connection pool per deployment."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeout: float = 3600.0) -> None:
+        self.base_url = server_root(base_url)
+        self._api_key = api_key or None
+        headers = {}
+        if self._api_key:
+            # vLLM reads Authorization on both APIs; Anthropic clients send x-api-key.
+            headers = {"Authorization": f"Bearer {self._api_key}", "x-api-key": self._api_key}
+        # Long prefills and long answers stream slowly: only connecting is bounded tightly.
+        limits = httpx.Timeout(timeout, connect=10.0)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=limits)
+
+    def __repr__(self) -> str:
+        return f"Wire(base_url={self.base_url!r}, api_key={'<set>' if self._api_key else None})"
+
+    def __enter__(self) -> Wire:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- plain requests -------------------------------------------------------------------
+
+    def served_models(self) -> list[ServedModel]:
+        data = self._get_json(MODELS_PATH)
+        entries = data.get("data")
+        if not isinstance(entries, list):
+            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
+        return [_served_model(entry) for entry in entries if isinstance(entry, dict)]
+
+    def tokenize(
+        self,
+        model: str,
+        *,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        special_tokens: bool = False,
+    ) -> list[int] | None:
+        """Token ids as the server counts them; None when the server has no /tokenize.
+        `special_tokens`: count a prompt as /v1/completions does (BOS included)."""
+        body: dict[str, Any] = {"model": model}
+        if messages is not None:
+            body["messages"] = list(messages)
+        else:
+            body["prompt"] = prompt or ""
+            body["add_special_tokens"] = special_tokens
+        answer = self._post_if_served(TOKENIZE_PATH, body)
+        if answer is None:
+            return None
+        tokens = answer.get("tokens")
+        if not isinstance(tokens, list):
+            raise BadServerResponse(f"{TOKENIZE_PATH} answered without a 'tokens' list")
+        return [int(t) for t in tokens]
+
+    def detokenize(self, model: str, tokens: Sequence[int]) -> str | None:
+        """The text of `tokens`; None when the server has no /detokenize."""
+        answer = self._post_if_served(DETOKENIZE_PATH, {"model": model, "tokens": list(tokens)})
+        if answer is None:
+            return None
+        text = answer.get("prompt")
+        if not isinstance(text, str):
+            raise BadServerResponse(f"{DETOKENIZE_PATH} answered without a 'prompt' string")
+        return text
+
+    def _post_if_served(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The JSON answer to a POST of an optional endpoint; None when the server lacks it."""
+        with translate_transport_errors(self.base_url, path, _WORDING):
+            response = bounded_request(self._http, "POST", path, json=body)
+        if response.status_code in (404, 405, 501):
+            return None
+        self._raise_for_status(response, path)
+        return json_object(response, path)
+
+    def metrics_text(self) -> str | None:
+        """The Prometheus page, or None when the server does not publish one."""
+        try:
+            response = bounded_request(self._http, "GET", METRICS_PATH, timeout=10.0)
+        except httpx.TransportError:
+            return None
+        return response.text if response.status_code == 200 else None
+
+    # --- streamed generations -------------------------------------------------------------
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        model: str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        thinking: bool | None = None,
+    ) -> Exchange:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": list(messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = list(tools)
+        _common_options(body, max_tokens, temperature, thinking)
+        exchange = Exchange(api="chat", started=time.perf_counter())
+        chunks = _ChatChunks(exchange)
+        self._stream(CHAT_PATH, body, exchange, chunks.feed)
+        return exchange
+
+    def messages(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        model: str,
+        *,
+        max_tokens: int,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        temperature: float | None = None,
+        thinking: bool | None = None,
+    ) -> Exchange:
+        """The Anthropic Messages API, which always needs max_tokens."""
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": list(messages),
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = list(tools)
+        _common_options(body, None, temperature, thinking)
+        exchange = Exchange(api="messages", started=time.perf_counter())
+        events = _MessageEvents(exchange)
+        self._stream(MESSAGES_PATH, body, exchange, events.feed)
+        return exchange
+
+    def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
+        with (
+            translate_transport_errors(self.base_url, path, _WORDING),
+            self._http.stream("POST", path, json=body) as response,
+        ):
+            if response.status_code == 401:
+                self._raise_for_status(response, path)
+            if response.status_code >= 400:
+                answer = bounded_body(response, path)
+                exchange.error = f"HTTP {answer.status_code}: {self._mask(_error_text(answer))}"
+                exchange.ended = time.perf_counter()
+                return
+            try:
+                self._read_events(response, path, exchange, feed)
+            except BadServerResponse as exc:
+                # A malformed stream fails this exchange, not the whole run.
+                exchange.error = exc.message
+        exchange.ended = time.perf_counter()
+
+    def _read_events(
+        self, response: httpx.Response, path: str, exchange: Exchange, feed: Any
+    ) -> None:
+        # Chat streams end with [DONE]; Anthropic message streams with a message_stop event.
+        payloads = event_payloads(response, path, self._mask, until_done=path == CHAT_PATH)
+        for payload in payloads:
+            try:
+                chunk = json.loads(payload)
+            except json.JSONDecodeError:
+                exchange.error = f"the stream sent a line that is not JSON: {payload[:80]}"
+                return
+            if not isinstance(chunk, dict):
+                continue
+            problem = _stream_error(chunk)
+            if problem:
+                exchange.error = f"error mid-stream: {self._mask(problem)}"
+                return
+            try:
+                feed(chunk, time.perf_counter())
+            except (AttributeError, TypeError, ValueError):
+                # A field of the wrong type (a delta that is a string, an index that is a
+                # list): the chunk is not the OpenAI or Anthropic shape.
+                exchange.error = f"the stream sent a chunk of an unexpected shape: {payload[:80]}"
+                return
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        with translate_transport_errors(self.base_url, path, _WORDING):
+            response = bounded_request(self._http, "GET", path)
+        self._raise_for_status(response, path)
+        return json_object(response, path)
+
+    def _raise_for_status(self, response: httpx.Response, path: str) -> None:
+        check_status(response, path, self.base_url, self._api_key, _error_text)
+
+    def _mask(self, text: str) -> str:
+        return mask_secret(text, self._api_key)
+
+
+def _common_options(
+    body: dict[str, Any], max_tokens: int | None, temperature: float | None, thinking: bool | None
+) -> None:
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if temperature is not None:
+        body["temperature"] = temperature
+    if thinking is not None:
+        # GLM templates read enable_thinking, DeepSeek ones read thinking: send both.
+        body["chat_template_kwargs"] = {"enable_thinking": thinking, "thinking": thinking}
+
+
+class _ChatChunks:
+    """Folds OpenAI chat.completion.chunk objects into an Exchange."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self._calls: dict[int, ToolCall] = {}
+
+    def feed(self, chunk: Mapping[str, Any], now: float) -> None:
+        ex = self.exchange
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            ex.prompt_tokens = _int_or(usage.get("prompt_tokens"), ex.prompt_tokens)
+            ex.completion_tokens = _int_or(usage.get("completion_tokens"), ex.completion_tokens)
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            # Newer vLLM says "reasoning", older vLLM and SGLang "reasoning_content".
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+            content = delta.get("content") or ""
+            calls = delta.get("tool_calls") or []
+            if reasoning or content or calls:
+                ex.saw_output(now)  # the opening role-only delta is not a token
+            ex.reasoning += str(reasoning)
+            ex.content += str(content)
+            for call in calls:
+                self._take_call(call)
+            if choice.get("finish_reason"):
+                ex.finish_reason = str(choice["finish_reason"])
+
+    def _take_call(self, call: Mapping[str, Any]) -> None:
+        index = int(call.get("index", len(self._calls)))
+        if index not in self._calls:
+            self._calls[index] = ToolCall()
+            self.exchange.tool_calls.append(self._calls[index])
+        function = call.get("function") or {}
+        target = self._calls[index]
+        target.name += str(function.get("name") or "")
+        target.arguments += str(function.get("arguments") or "")
+
+
+class _MessageEvents:
+    """Folds Anthropic message stream events into an Exchange."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self._blocks: dict[int, ToolCall] = {}
+
+    def feed(self, event: Mapping[str, Any], now: float) -> None:
+        ex = self.exchange
+        kind = event.get("type")
+        if kind == "message_start":
+            usage = (event.get("message") or {}).get("usage") or {}
+            ex.prompt_tokens = _int_or(usage.get("input_tokens"), ex.prompt_tokens)
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                call = ToolCall(name=str(block.get("name") or ""))
+                self._blocks[int(event.get("index", 0))] = call
+                ex.tool_calls.append(call)
+                ex.saw_output(now)
+        elif kind == "content_block_delta":
+            self._take_delta(int(event.get("index", 0)), event.get("delta") or {}, now)
+        elif kind == "message_delta":
+            reason = (event.get("delta") or {}).get("stop_reason")
+            if reason:
+                ex.finish_reason = _STOP_REASONS.get(str(reason), str(reason))
+            usage = event.get("usage") or {}
+            ex.completion_tokens = _int_or(usage.get("output_tokens"), ex.completion_tokens)
+            ex.prompt_tokens = _int_or(usage.get("input_tokens"), ex.prompt_tokens)
+
+    def _take_delta(self, index: int, delta: Mapping[str, Any], now: float) -> None:
+        ex = self.exchange
+        kind = delta.get("type")
+        if kind == "text_delta" and delta.get("text"):
+            ex.content += str(delta["text"])
+            ex.saw_output(now)
+        elif kind == "thinking_delta" and delta.get("thinking"):
+            ex.reasoning += str(delta["thinking"])
+            ex.saw_output(now)
+        elif kind == "input_json_delta":
+            call = self._blocks.get(index)
+            if call is not None:
+                call.arguments += str(delta.get("partial_json") or "")
+                ex.saw_output(now)
+
+
+def _served_model(entry: Mapping[str, Any]) -> ServedModel:
+    length = entry.get("max_model_len")
+    root = entry.get("root")
+    return ServedModel(
+        id=str(entry.get("id", "")),
+        root=str(root) if root else None,
+        max_model_len=length if isinstance(length, int) and length > 0 else None,
+    )
+
+
+def _int_or(value: Any, fallback: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else fallback
+
+
+def _stream_error(chunk: Mapping[str, Any]) -> str | None:
+    if chunk.get("type") == "error" or chunk.get("object") == "error" or "error" in chunk:
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            return str(error.get("message") or error)[:200]
+        return str(error or chunk.get("message") or chunk)[:200]
+    return None
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text.strip()[:200] or response.reason_phrase
+    if isinstance(data, dict):
+        return _stream_error(data) or str(data.get("message") or data.get("detail") or data)[:200]
+    return str(data)[:200]
