@@ -219,8 +219,9 @@ def launch(
         from sm120.deploy.placement import check_no_overlap
 
         check_no_overlap(placement, name or checked.plan.recipe)
+    passed = None
     if count is None and arch is None:
-        preflight_or_stop(checked.plan, None, _progress_line, replacing=replacing)
+        passed = preflight_or_stop(checked.plan, None, _progress_line, replacing=replacing)
     checked = _complete_weights(request, checked, yes)
     from sm120.cli.serving import serve
     from sm120.deploy.launcher import LaunchOptions
@@ -234,6 +235,7 @@ def launch(
         confirm=None if yes or not sys.stdin.isatty() else _ask,
         docker_network=network,
         monitor=not no_monitor,
+        preflight=passed,
     )
     raise typer.Exit(
         serve(checked, options, runtime=runtime, foreground=foreground, gate=gate_request)

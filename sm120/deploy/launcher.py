@@ -21,6 +21,7 @@ from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for
 from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
+from sm120.doctor.run import engine_python_for
 from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
 from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
@@ -63,6 +64,29 @@ class LaunchOptions:
     docker_network: str = "bridge"
     # Start the monitor (logs, peaks, watchdog) once the server is READY.
     monitor: bool = True
+    # The preflight `sm120 launch` ran before the weights, when it passed (see PreflightPassed).
+    preflight: PreflightPassed | None = None
+
+
+@dataclass(frozen=True)
+class PreflightPassed:
+    """A preflight this launch passed: for which plan, against which engine Python, and when
+    (time.monotonic()). The launch runs the preflight before it fetches weights and again once
+    the engine's Python is settled; when nothing long ran between the two (no download, no
+    engine install, the same plan and Python), the second would repeat the first to the
+    letter - nvidia-smi and the engine probe, most of a second on a GPU box, and its warnings
+    printed twice - so a pass this recent stands."""
+
+    plan_hash: str
+    engine_python: str | None
+    at: float
+
+    def stands_for(self, plan: LaunchPlan, python: str | None) -> bool:
+        recent = time.monotonic() - self.at <= PREFLIGHT_STANDS_S
+        return recent and self.plan_hash == plan.plan_hash and self.engine_python == python
+
+
+PREFLIGHT_STANDS_S = 30.0
 
 
 @dataclass
@@ -135,10 +159,12 @@ def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) 
 
 def preflight_or_stop(
     plan: LaunchPlan, python: str | None, progress: Progress, *, replacing: bool = False
-) -> None:
+) -> PreflightPassed | None:
     """The doctor checks this plan needs (driver, free GPU memory, engine torch, disk, shm):
-    a blocking finding stops the launch before anything starts."""
-
+    a blocking finding stops the launch before anything starts. A pass is returned, except
+    while `replacing`: the memory and port the running server holds were not counted, so the
+    checks must run again once it is stopped."""
+    engine = engine_python_for(python, os.environ)
     findings = preflight(plan, engine_python=python, replacing=replacing)
     for finding in findings:
         if finding.severity == "warn":
@@ -150,6 +176,7 @@ def preflight_or_stop(
             f"preflight [{stops[0].id}]: {stops[0].message}{more}",
             stops[0].remediation or f"run 'sm120 doctor {plan.recipe}' for details",
         )
+    return None if replacing else PreflightPassed(plan.plan_hash, engine, time.monotonic())
 
 
 def model_ready(plan: LaunchPlan, python: str, progress: Progress) -> None:
@@ -208,7 +235,8 @@ def _prepare(
             progress=progress,
         )
     python = engine_python(plan, options, progress)
-    preflight_or_stop(plan, python, progress)
+    if options.preflight is None or not options.preflight.stands_for(plan, python):
+        preflight_or_stop(plan, python, progress)
     p2p_env = p2p_gate(plan, python, progress)
     model_ready(plan, python, progress)
     return start_spec(plan, options, python, p2p_env)
