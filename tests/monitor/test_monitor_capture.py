@@ -133,7 +133,13 @@ Capture(writer, log.with_name("capture.json"), save_interval_s=interval).pump(Nu
 
 
 def total_size(log: Path) -> int:
-    return sum(p.stat().st_size for p in log.parent.glob("serve.log*"))
+    """Bytes in the log and its backups; read again when a rotation renames a file between
+    the listing and its stat."""
+    while True:
+        try:
+            return sum(p.stat().st_size for p in log.parent.glob("serve.log*"))
+        except FileNotFoundError:
+            continue
 
 
 def test_a_capture_killed_repeatedly_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
