@@ -114,6 +114,14 @@ def free_port() -> int:
 # ---- facts, captures, doctor ------------------------------------------------------------
 
 
+def device_name() -> str:
+    """'2x NVIDIA H200': what every part names its machine by, so that a figure merged from
+    several runs says which card measured it."""
+    smi = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    names = [line.strip() for line in smi.stdout.splitlines() if line.strip()]
+    return f"{len(names)}x {names[0]}" if names else "unknown"
+
+
 def step_facts(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     smi = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     names = [line.split(",")[0].strip() for line in smi.stdout.splitlines() if line.strip()]
@@ -562,7 +570,7 @@ def main() -> None:
     args.tp = tuple(int(n) for n in args.tp.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
-    result: dict[str, Any] = {"label": args.label, "steps": {}}
+    result: dict[str, Any] = {"label": args.label, "machine": device_name(), "steps": {}}
     for step in args.steps.split(","):
         log(f"step {step}")
         started = time.perf_counter()
@@ -597,11 +605,13 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
             continue
         if part.suffix == ".facts":  # a copy kept for its facts alone (see docs/gpu-proof.md)
             data.pop("planner", None)
+        label = data.get("label", part.stem)
         merged["runs"].append(
             {
-                "label": data.get("label", part.stem),
-                "device": data.get("device"),
+                "label": label,
+                "device": data.get("device") or data.get("machine"),
                 "steps": data.get("steps", {}),
+                **({"note": data["note"]} if "note" in data else {}),
             }
         )
         for key, value in data.items():
@@ -611,8 +621,8 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
                     rows.pop(case, None)  # re-inserted last: the table keeps run order
                     rows[case] = row
             elif key in LATER_REPLACES:
-                merged[key] = value
-            elif key not in ("label", "steps"):
+                merged[key] = {**value, "run": label}
+            elif key not in ("label", "steps", "machine", "note"):
                 merged.setdefault(key, value)
     merged["planner"] = list(rows.values())
     if logs is not None:
@@ -667,7 +677,8 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             "| time to READY (warm) | sm120 launch | bare vllm serve | ratio | chat |",
             "|---|---|---|---|---|",
-            f"| median of {launch['pairs']} pairs | {launch['ready_s']} s | "
+            f"| median of {launch['pairs']} pairs ({launch.get('run', 'run')}) | "
+            f"{launch['ready_s']} s | "
             f"{launch['bare_ready_s']} s | {launch['ratio']} | {launch.get('chat_ok')} |",
             "",
         ]

@@ -142,12 +142,25 @@ def test_merge_takes_the_later_launch_and_summarises_a_doctor_p2p_document(
     later = tmp_path / "later.json"
     ready = {"ready_s": 43.0, "bare_ready_s": 40.5}
     first.write_text(json.dumps({"label": "a", "launch": {"ratio": 1.2, "pairs": 2, **ready}}))
-    later.write_text(json.dumps({"label": "b", "launch": {"ratio": 1.06, "pairs": 3, **ready}}))
+    later.write_text(
+        json.dumps(
+            {
+                "label": "b",
+                "machine": "1x NVIDIA H100",
+                "launch": {"ratio": 1.06, "pairs": 3, **ready},
+            }
+        )
+    )
     probe = REPO / "benchmarks" / "results" / "gpu-proof-runs" / "doctor-p2p-4xh200.json"
     gpu_proof.merge([first, later, probe], tmp_path / "out")
     merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
     assert merged["launch"]["ratio"] == 1.06
     assert [run["label"] for run in merged["runs"]] == ["a", "b"]
+    # The launch figure names the run, and the run its machine: parts come from several cards.
+    assert merged["launch"]["run"] == "b"
+    assert merged["runs"][1]["device"] == "1x NVIDIA H100"
+    assert "machine" not in merged
+    assert "median of 3 pairs (b)" in (tmp_path / "out" / "gpu-proof.md").read_text()
     (summary,) = merged["doctor_p2p"]
     assert summary["gpus"] == 4 and summary["all_reduce_ok"]
     assert (summary["pairs_verified"], summary["pairs"]) == (12, 12)
