@@ -62,7 +62,8 @@ def test_planner_replays_each_captured_engine_pool(log: Path, tmp_path: Path) ->
     assert label, log.name
     found = gpu_proof.KV_LINE.search(log.read_text(errors="replace"))
     if found is None:
-        assert label["recipe"] == "dsv4", f"{log.name} has no KV line"
+        # Only the first attempt, kept to show why the dummy loader needed the post-load step.
+        assert log.name == "planner-dsv4-fp8-tp1-dcp1-without-post-load.log", log.name
         return
     case = next(
         c
@@ -75,8 +76,8 @@ def test_planner_replays_each_captured_engine_pool(log: Path, tmp_path: Path) ->
     assert planned["kv_pool_tokens"] == int(found["tokens"].replace(",", ""))
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_dsv4_captures_at_tp1_and_tp2_reached_the_allocator(tp: int) -> None:
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_dsv4_captures_at_every_tp_reached_the_allocator(tp: int) -> None:
     """So the replay above compares them instead of taking the no-KV-line exit."""
     log = DATA_DIR / "gpu_proof" / f"planner-dsv4-fp8-tp{tp}-dcp1.log"
     text = log.read_text(errors="replace")
