@@ -197,6 +197,7 @@ _UPDATE_TEXT = {
     "current": "no newer build",
     "incomplete": "none newer found",
     "unordered": "tags not comparable",
+    "moved": "rebuilt under the same tag",
     "unreachable": "unreachable",
     "not-watched": "not watched",
 }

@@ -96,9 +96,11 @@ def render_compose_file(plan: LaunchPlan, caches: dict[str, str] | None = None) 
     document: dict[str, Any] = {"services": {"server": render_compose_service(plan, caches)}}
     if caches:
         document["volumes"] = {name: None for name in cache_volumes(caches).values()}
+    # identity_variants: a seed variant's file is the one the default used to write
+    named = ",".join(plan.identity_variants)
     header = (
         f"# sm120 compose {plan.recipe}: plan {plan.plan_hash}"
-        f"{' (variants ' + ','.join(plan.identity_variants) + ')' if plan.identity_variants else ''}.\n"
+        f"{' (variants ' + named + ')' if named else ''}.\n"
         f"# Build the image first: sm120 build {plan.recipe}. Then: docker compose -f FILE up\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=100)

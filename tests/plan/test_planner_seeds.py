@@ -67,8 +67,8 @@ def dsv4_gb10(cli: CliRunner) -> dict[str, Any]:
     # does not state max-num-batched-tokens; 4176 is the default of the PR author's DGX Spark
     # launcher (jasl/vllm-ds4-sm120-harness scripts/dgx_spark_start_mp_serve.sh).
     return plan_json(
-        cli, "dsv4", "-V", "seed", "--gpus", "2", "--kv-memory-gib", "10.38", "--max-model-len", "1048576",
-        "--set", "max-num-batched-tokens=4176",
+        cli, "dsv4", "-V", "seed", "--gpus", "2", "--kv-memory-gib", "10.38",
+        "--max-model-len", "1048576", "--set", "max-num-batched-tokens=4176",
     )  # fmt: skip
 
 
