@@ -12,8 +12,9 @@ Where an engine's newer builds appear follows from how its image gets the engine
 Tags are ordered only when they can be: version tags (v0.15.1) by version, and dated tags
 (name-...-YYYYMMDD) by date within the same leading name. The recipe's pin is compared too:
 an image pinned by digest whose tag now names another digest was rebuilt under the same tag
-('moved'); an engine pinned by commit names that commit for the comparison by hand. Tests point both lookups at a
-loopback stand-in through SM120_REGISTRY_MIRROR and SM120_PYPI_URL.
+('moved'); an engine pinned by commit names that commit for the comparison by hand.
+Tests point both lookups at a loopback stand-in through SM120_REGISTRY_MIRROR and
+SM120_PYPI_URL.
 """
 
 from __future__ import annotations
