@@ -87,7 +87,7 @@ def test_every_gpu_recipe_keeps_its_seed(recipe: str) -> None:
 
 @pytest.mark.parametrize(
     ("recipe", "pin"),
-    [("glm52", "commit bb6c5b7"), ("dsv4", "commit c766cbc6ff"), ("glm47", None)],
+    [("glm52", "commit bb6c5b7"), ("dsv4", "commit c766cbc6ff"), ("glm47", "commit 1892993bc")],
 )
 def test_the_pin_is_the_digest_else_the_engine_commit(recipe: str, pin: str | None) -> None:
     assert load_recipe(recipe).image.pin == pin
@@ -99,5 +99,5 @@ def test_recipes_show_names_the_pin(cli: CliRunner) -> None:
     assert json.loads(out)["image_pin"] == "commit bb6c5b7"
     code, out, _ = invoke(cli, "recipes", "show", "glm52")
     assert "pinned to commit bb6c5b7" in " ".join(out.split())
-    code, out, _ = invoke(cli, "recipes", "show", "glm47")
+    code, out, _ = invoke(cli, "recipes", "show", "glm47", "-V", "seed")
     assert "not pinned: tag only" in " ".join(out.split())
