@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.compose import render_compose_service
 from sm120.render.environment import render_env
-from tests.helpers import GOLDEN_DIR
+from tests.helpers import GOLDEN_DIR, invoke
 
 CASES = [
     ("glm47", ()),
@@ -82,3 +83,11 @@ def test_seed_variant_renders_mains_default_byte_for_byte(
     main_default = (GOLDEN_DIR / "seed" / f"{recipe}.json").read_text()
     assert seed == main_default
     assert json.loads(main_default)["plan_hash"] == MAIN_DEFAULT_GOLDENS[recipe]
+
+
+@pytest.mark.parametrize("recipe", sorted(MAIN_DEFAULT_GOLDENS))
+def test_seed_variant_plans_as_mains_default(recipe: str, cli: CliRunner) -> None:
+    # tests/golden/seed/plan-*.json: `sm120 plan RECIPE --gpus 4 --json` of main at e6974d4
+    code, out, err = invoke(cli, "plan", recipe, "-V", "seed", "--gpus", "4", "--json")
+    assert code == 0, err
+    assert out == (GOLDEN_DIR / "seed" / f"plan-{recipe}.json").read_text()
