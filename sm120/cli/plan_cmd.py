@@ -70,7 +70,9 @@ def plan(
         )
     report = build_report(spec, tp, dcp, mxfp4_weights_gib(loaded))
     if as_json:
-        typer.echo(json.dumps(report_document(report, recipe, launch_plan.variants), indent=2))
+        typer.echo(
+            json.dumps(report_document(report, recipe, launch_plan.identity_variants), indent=2)
+        )
     else:
         _show(report, recipe)
     if report.failed:

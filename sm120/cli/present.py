@@ -121,6 +121,8 @@ def show_plan(checked: CheckedPlan) -> None:
     variants = ", ".join(plan.variants) or "default"
     console.print(f"[bold]{plan.recipe}[/bold] ({variants}): {plan.title}")
     console.print(f"image     {plan.image_ref}  [dim]({plan.image.build})[/dim]")
+    pin = f"pinned to {plan.image.pin}" if plan.image.pin else "not pinned: tag only"
+    console.print(f"engine    {plan.image.engine_version}  [dim]({pin})[/dim]")
     revision = plan.model.revision or ("local" if plan.model.generated else "unpinned")
     console.print(
         f"model     {plan.model.repo or 'generated'} @ {revision}"
@@ -195,6 +197,7 @@ _UPDATE_TEXT = {
     "current": "no newer build",
     "incomplete": "none newer found",
     "unordered": "tags not comparable",
+    "moved": "rebuilt under the same tag",
     "unreachable": "unreachable",
     "not-watched": "not watched",
 }

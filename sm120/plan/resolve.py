@@ -95,6 +95,14 @@ class LaunchPlan:
     plan_hash: str
     multinode: MultiNode | None = None
     published: Published | None = None  # sourced figures, shown beside the roofline
+    # The chosen variant that restores the recipe's seed default (Variant.seed), if any.
+    seed_variant: str | None = None
+
+    @property
+    def identity_variants(self) -> tuple[str, ...]:
+        """The variants that name this plan in its hash and container labels: all but the seed
+        variant, which stands for the default as it was before a faster stack replaced it."""
+        return tuple(name for name in self.variants if name != self.seed_variant)
 
     @property
     def speculative(self) -> Speculative | None:
@@ -499,9 +507,10 @@ def _freeze(
     monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
+    seed_variant = next((name for name in variants if recipe.variants[name].seed), None)
     identity = {
         "recipe": recipe.name,
-        "variants": variants,
+        "variants": [name for name in variants if name != seed_variant],
         "engine": work.engine,
         "image": image.model_dump(),
         # planner-only facts (dims, resident size) do not change what runs
@@ -541,4 +550,5 @@ def _freeze(
         plan_hash=_hash(identity),
         multinode=_validated(MultiNode, work.multinode, "multinode") if work.multinode else None,
         published=work.published,
+        seed_variant=seed_variant,
     )

@@ -2,7 +2,9 @@
 
 Each rule has a stable id (a failure-catalogue id such as F07, or S.. for sanity), a severity,
 and returns the problems it finds as one-line messages that name the fix. A rule is skipped
-only by `--force ID`, which the plan records (and hashes).
+only by `--force ID`, which the plan records (and hashes), or where its catalogue entry says
+the failure does not occur on the plan's engine release (failures.yaml engine_versions: a bug
+fixed upstream stops blocking the newer engines, and keeps blocking the old ones).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sm120.core.suggest import did_you_mean
+from sm120.logs.failures import load_catalogue
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
@@ -183,17 +186,27 @@ def _attention_backend_name(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     )
 
 
+# The releases F01 holds for are in failures.yaml (engine_versions), like every version scope.
 @rule("F01", "error", "no FlashInfer attention on SM120 with vLLM 0.15")
 def _flashinfer_on_sm120(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    if (
-        plan.engine == "vllm"
-        and hw.is_sm12x
-        and plan.arg("attention-backend") == "FLASHINFER"
-        and plan.image.engine_version.startswith("0.15")
-    ):
+    if plan.engine == "vllm" and hw.is_sm12x and plan.arg("attention-backend") == "FLASHINFER":
         yield (
             "FLASHINFER attention crashes at prefill_wrapper.plan() on SM120 with vLLM 0.15; "
             "use --set attention-backend=TRITON_ATTN"
+        )
+
+
+@rule("F29", "error", "GLM-4.x MoE NVFP4 k/v scales load on this vLLM release")
+def _glm4_moe_kv_scale_loader(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if (
+        plan.engine == "vllm"
+        and plan.model.architecture == "Glm4MoeForCausalLM"
+        and plan.model.quantization == "nvfp4"
+    ):
+        yield (
+            f"vLLM {plan.image.engine_version} fails to load this NVFP4 checkpoint's k/v scales "
+            "(KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 were "
+            "given); serve it on the recipe's vLLM 0.15.1 image or one with the loader fix"
         )
 
 
@@ -315,10 +328,16 @@ def _smoke_budget(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
+def holds_for_engine(rule_id: str, plan: LaunchPlan) -> bool:
+    """Whether the failure a rule guards against occurs on the plan's engine release."""
+    entry = load_catalogue().get(rule_id)
+    return entry is None or entry.holds_for(plan.engine, plan.image.engine_version)
+
+
 def evaluate(plan: LaunchPlan, hw: Hardware) -> list[RuleResult]:
     results = []
     for item in RULES:
-        messages = tuple(item.check(plan, hw))
+        messages = tuple(item.check(plan, hw)) if holds_for_engine(item.id, plan) else ()
         if item.id in plan.forced:
             status: Literal["pass", "fail", "warn", "forced"] = "forced"
         elif not messages:

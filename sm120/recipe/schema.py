@@ -7,6 +7,7 @@ checks names and values.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -18,6 +19,11 @@ from sm120.recipe.restart import (
     parse_restart_policy,
     policy_text,
 )
+
+# An OCI content digest as registries and `docker buildx imagetools inspect` print it, and a
+# git commit in full or abbreviated (git's own minimum abbreviation is 7).
+OCI_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+GIT_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 
 ArgValue = Annotated[
     str | int | float | bool | dict[str, Any] | list[Any] | None,
@@ -150,7 +156,9 @@ class ImageSpec(Strict):
     )
     tag: str = Field(description="Pinned tag; never a moving tag like latest.")
     digest: str | None = Field(
-        None, description="sha256 digest when known; preferred over the tag when pulling."
+        None,
+        description="OCI digest (sha256:<64 hex>) the publisher states for the tag: the "
+        "immutable pin, preferred over the tag when pulling and compared by `recipes updates`.",
     )
     build: Literal["pull", "dockerfile"] = Field(
         description="'pull' runs the published image; 'dockerfile' builds images/<context>/ "
@@ -168,11 +176,42 @@ class ImageSpec(Strict):
         "sglang): it decides which backend names and environment variables exist."
     )
     engine_version: str = Field(description="Engine version or ref the image carries.")
-    engine_commit: str | None = Field(None, description="Engine commit the image is built from.")
+    engine_commit: str | None = Field(
+        None,
+        description="Engine git commit (7-40 hex digits) the image is built from or its tag "
+        "encodes: the immutable pin where the publisher states no digest.",
+    )
     env_allow: tuple[str, ...] = Field(
         (), description="Extra environment variables this image understands (F17 allow-list)."
     )
     shm_size: str = Field("16gb", description="Container shared memory (NCCL needs plenty).")
+
+    @field_validator("digest")
+    @classmethod
+    def _oci_digest(cls, value: str | None) -> str | None:
+        if value is not None and not OCI_DIGEST.match(value):
+            raise ValueError(
+                f"'{value}' is not an OCI digest: write sha256: and 64 lowercase hex digits, "
+                "as `docker buildx imagetools inspect NAME:TAG` prints it"
+            )
+        return value
+
+    @field_validator("engine_commit")
+    @classmethod
+    def _git_commit(cls, value: str | None) -> str | None:
+        if value is not None and not GIT_COMMIT.match(value):
+            raise ValueError(
+                f"'{value}' is not a git commit: write 7 to 40 lowercase hex digits, "
+                "e.g. the vllm<commit> part of a b12x tag or `git rev-parse --short=10 TAG`"
+            )
+        return value
+
+    @property
+    def pin(self) -> str | None:
+        """The immutable reference this image is pinned to: its digest, else its engine commit."""
+        if self.digest:
+            return self.digest
+        return f"commit {self.engine_commit}" if self.engine_commit else None
 
 
 class HardwareSpec(Strict):
@@ -449,6 +488,12 @@ class Variant(Strict):
     speculative: Speculative | None = Field(
         None, description="Speculative decoding for this variant (sets --speculative-config)."
     )
+    seed: bool = Field(
+        False,
+        description="This variant is the recipe's seed configuration, the default before a "
+        "faster stack replaced it: its plan hash and container labels are those the default "
+        "had, so goldens, compose files and servers made before the default moved still match.",
+    )
 
 
 class Recipe(Strict):
@@ -503,4 +548,14 @@ class Recipe(Strict):
     def _one_speculative(self) -> Recipe:
         if self.speculative is not None and "speculative-config" in self.args:
             raise ValueError("set speculative or args.speculative-config, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _one_seed(self) -> Recipe:
+        seeds = [name for name, variant in self.variants.items() if variant.seed]
+        if len(seeds) > 1:
+            raise ValueError(
+                f"variants {', '.join(seeds)} are all marked seed; one configuration was the "
+                "seed, keep seed: true on that one"
+            )
         return self

@@ -15,7 +15,7 @@ CONTAINER_MODEL_DIR = "/model"
 def labels(plan: LaunchPlan) -> dict[str, str]:
     return {
         "sm120.recipe": plan.recipe,
-        "sm120.variants": ",".join(plan.variants),
+        "sm120.variants": ",".join(plan.identity_variants),
         "sm120.plan-hash": plan.plan_hash,
     }
 
@@ -96,9 +96,11 @@ def render_compose_file(plan: LaunchPlan, caches: dict[str, str] | None = None) 
     document: dict[str, Any] = {"services": {"server": render_compose_service(plan, caches)}}
     if caches:
         document["volumes"] = {name: None for name in cache_volumes(caches).values()}
+    # identity_variants: a seed variant's file is the one the default used to write
+    named = ",".join(plan.identity_variants)
     header = (
         f"# sm120 compose {plan.recipe}: plan {plan.plan_hash}"
-        f"{' (variants ' + ','.join(plan.variants) + ')' if plan.variants else ''}.\n"
+        f"{' (variants ' + named + ')' if named else ''}.\n"
         f"# Build the image first: sm120 build {plan.recipe}. Then: docker compose -f FILE up\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=100)

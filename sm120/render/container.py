@@ -57,7 +57,7 @@ def container_labels(plan: LaunchPlan, deployment: str) -> dict[str, str]:
     return {
         "sm120.deployment": deployment,
         "sm120.recipe": plan.recipe,
-        "sm120.variants": ",".join(plan.variants),
+        "sm120.variants": ",".join(plan.identity_variants),
         "sm120.plan-hash": plan.plan_hash,
     }
 

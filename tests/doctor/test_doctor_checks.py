@@ -34,8 +34,8 @@ def captured(name: str) -> Snapshot:
     return parse_text((CORPUS / name).read_text())
 
 
-def needs(recipe: str, *sets: str) -> Needs:
-    return needs_from_plan(resolve(PlanRequest(recipe=recipe, sets=sets)))
+def needs(recipe: str, *sets: str, variants: tuple[str, ...] = ()) -> Needs:
+    return needs_from_plan(resolve(PlanRequest(recipe=recipe, variants=variants, sets=sets)))
 
 
 def only(findings: list[Finding]) -> Finding:
@@ -127,7 +127,9 @@ def test_other_architectures_warn_against_the_recipe() -> None:
 
 def test_gb10_suits_a_recipe_validated_on_sm121() -> None:
     findings = checks.check_gpus(
-        captured("gb10_580_table.txt"), needs("dsv4", "tensor-parallel-size=1")
+        # dsv4's seed configuration is the one validated on GB10 (the default is SM120 only)
+        captured("gb10_580_table.txt"),
+        needs("dsv4", "tensor-parallel-size=1", variants=("seed",)),
     )
     finding = only(findings)
     assert finding.severity == "ok"

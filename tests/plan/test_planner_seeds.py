@@ -34,7 +34,7 @@ def test_glm47_tp4_seed_000(cli: CliRunner) -> None:
 
 def test_glm52_dcp4_seed_002(cli: CliRunner) -> None:
     # ~10.3 GB free per GPU, DCP 4 -> "710,593-token pool", "2.84x concurrency at 250k"
-    data = plan_json(cli, "glm52", "--gpus", "4", "--kv-memory-gib", "10.3")
+    data = plan_json(cli, "glm52", "-V", "seed", "--gpus", "4", "--kv-memory-gib", "10.3")
     assert (data["tp"], data["dcp"], data["max_model_len"]) == (4, 4, 250_000)
     assert within(data["kv_pool_tokens"], 710_593)
     assert within(data["concurrency_at_max_len"], 2.84)
@@ -67,8 +67,8 @@ def dsv4_gb10(cli: CliRunner) -> dict[str, Any]:
     # does not state max-num-batched-tokens; 4176 is the default of the PR author's DGX Spark
     # launcher (jasl/vllm-ds4-sm120-harness scripts/dgx_spark_start_mp_serve.sh).
     return plan_json(
-        cli, "dsv4", "--gpus", "2", "--kv-memory-gib", "10.38", "--max-model-len", "1048576",
-        "--set", "max-num-batched-tokens=4176",
+        cli, "dsv4", "-V", "seed", "--gpus", "2", "--kv-memory-gib", "10.38",
+        "--max-model-len", "1048576", "--set", "max-num-batched-tokens=4176",
     )  # fmt: skip
 
 

@@ -18,11 +18,11 @@ def max_len(variants: tuple[str, ...] = (), **kwargs: object) -> tuple[str | Non
 
 
 def test_recipe_default() -> None:
-    assert max_len() == ("250000", "recipe")
+    assert max_len() == ("131072", "recipe")
 
 
 def test_variant_beats_recipe() -> None:
-    assert max_len(variants=("dcp1",)) == ("131072", "variant dcp1")
+    assert max_len(variants=("dcp2",)) == ("250000", "variant dcp2")
 
 
 def test_dotenv_beats_variant() -> None:
@@ -46,7 +46,7 @@ def test_unprefixed_environment_is_ignored_except_model_dir(tmp_path: Path) -> N
     plan = plan_for(
         "glm52", environ={"MAX_MODEL_LEN": "5", "PORT": "9", "MODEL_DIR": str(tmp_path)}
     ).plan
-    assert plan.arg("max-model-len") == 250000
+    assert plan.arg("max-model-len") == 131072
     assert plan.port == 8000
     assert plan.model_dir == str(tmp_path)
 

@@ -104,6 +104,39 @@ def test_f01_flashinfer_on_sm120_with_vllm_015() -> None:
     )
 
 
+def test_f01_holds_on_vllm_015_only() -> None:
+    # failures.yaml scopes F01 to vllm ==0.15.*: a newer engine is not blocked by the old bug
+    newer = results("glm47", sets=("attention-backend=FLASHINFER", "image.engine_version=0.32.0"))
+    assert newer["F01"].status == "pass"  # type: ignore[attr-defined]
+    older = results("glm47", sets=("attention-backend=FLASHINFER", "image.engine_version=v0.15.0"))
+    assert older["F01"].status == "fail"  # type: ignore[attr-defined]
+
+
+def test_f29_glm47_nvfp4_k_v_scales_on_vllm_023() -> None:
+    message = failed("glm47", "F29", "image.engine_version=0.23.1rc1.dev448")
+    assert message == (
+        "vLLM 0.23.1rc1.dev448 fails to load this NVFP4 checkpoint's k/v scales "
+        "(KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 were "
+        "given); serve it on the recipe's vLLM 0.15.1 image or one with the loader fix"
+    )
+
+
+@pytest.mark.parametrize("version", ["0.15.1", "0.22.2", "0.24.0"])
+def test_f29_does_not_hold_outside_vllm_023(version: str) -> None:
+    found = results("glm47", sets=(f"image.engine_version={version}",))
+    assert found["F29"].status == "pass"  # type: ignore[attr-defined]
+
+
+def test_f29_holds_on_a_fork_ref_without_a_release_number() -> None:
+    # a branch or fork ref has no release order: the rule cannot rule the failure out
+    assert "KVCacheScaleParameter" in failed("glm47", "F29", "image.engine_version=dev/glm-fix")
+
+
+def test_f29_only_guards_the_glm4_moe_nvfp4_checkpoint() -> None:
+    found = results("glm52", sets=("image.engine_version=0.23.1",))
+    assert found["F29"].status == "pass"  # type: ignore[attr-defined]
+
+
 def test_f07_nvfp4_kv_cache() -> None:
     assert "kv-cache-dtype nvfp4 has no sm_120 kernel" in failed(
         "glm47", "F07", "kv-cache-dtype=nvfp4"

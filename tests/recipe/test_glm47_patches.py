@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from sm120.recipe.loader import load_recipe
 from sm120.recipe.patches import PatchInfo, read_series
 from tests.helpers import REPO
 from tests.recipe.vllm_source import (
@@ -668,3 +669,11 @@ def test_patched_full_response_with_tool_calls(patched: Path) -> None:
 def test_without_the_patch_full_response_fails_on_none_tool_calls(pristine: Path) -> None:
     with pytest.raises(TypeError, match="NoneType"):
         full_response(pristine, None)
+
+
+def test_the_pinned_engine_commit_is_the_one_the_released_wheel_states(pristine: Path) -> None:
+    # setuptools-scm writes the build's commit into vllm/_version.py as 'g<commit>'
+    version_file = (pristine / "vllm" / "_version.py").read_text()
+    match = re.search(r"^__commit_id__ = commit_id = '(g[0-9a-f]+)'$", version_file, re.M)
+    assert match is not None
+    assert load_recipe("glm47").image.engine_commit == match.group(1).removeprefix("g")

@@ -8,20 +8,24 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.compose import render_compose_service
 from sm120.render.environment import render_env
-from tests.helpers import GOLDEN_DIR
+from tests.helpers import GOLDEN_DIR, invoke
 
 CASES = [
     ("glm47", ()),
+    ("glm47", ("seed",)),
     ("glm52", ()),
+    ("glm52", ("seed",)),
     ("glm52", ("dcp2",)),
     ("glm52", ("dcp1",)),
     ("glm52", ("no-think",)),
     ("dsv4", ()),
+    ("dsv4", ("seed",)),
     ("dsv4", ("tp4",)),
     ("dsv4", ("tp8",)),
     ("dsv4", ("fp8",)),
@@ -58,3 +62,32 @@ def test_golden(
         path.write_text(actual)
     assert path.is_file(), f"missing {path.name}: run pytest --update-golden"
     assert actual == path.read_text(), f"{path.name} changed: review, then --update-golden"
+
+
+# The defaults as main rendered them before the defaults moved to faster stacks (commit
+# e6974d4): the seed variant must render them byte for byte, plan hash and labels included,
+# so servers, compose files and .env IMAGE tags made from the old default still match.
+MAIN_DEFAULT_GOLDENS = {
+    "glm47": "54180cf4361cd4cb",
+    "glm52": "924eac7a9d2e3aeb",
+    "dsv4": "f391fc6323636381",
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(MAIN_DEFAULT_GOLDENS))
+def test_seed_variant_renders_mains_default_byte_for_byte(
+    recipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SM120_HOME", "/home/user/.local/state/sm120")
+    seed = json.dumps(rendering(recipe, ("seed",)), indent=2, sort_keys=True) + "\n"
+    main_default = (GOLDEN_DIR / "seed" / f"{recipe}.json").read_text()
+    assert seed == main_default
+    assert json.loads(main_default)["plan_hash"] == MAIN_DEFAULT_GOLDENS[recipe]
+
+
+@pytest.mark.parametrize("recipe", sorted(MAIN_DEFAULT_GOLDENS))
+def test_seed_variant_plans_as_mains_default(recipe: str, cli: CliRunner) -> None:
+    # tests/golden/seed/plan-*.json: `sm120 plan RECIPE --gpus 4 --json` of main at e6974d4
+    code, out, err = invoke(cli, "plan", recipe, "-V", "seed", "--gpus", "4", "--json")
+    assert code == 0, err
+    assert out == (GOLDEN_DIR / "seed" / f"plan-{recipe}.json").read_text()
