@@ -165,7 +165,7 @@ def _launch_cluster_locked(
     if options.monitor:
         # What the monitor relaunches from (--restart on-failure, wedge restarts).
         save_cluster_start(start)
-        prepare_cluster_monitor(prepared.plan, options.name)
+        prepare_cluster_monitor(prepared.plan, options.name, request.runtime)
         ready.monitor_pid = start_for(options.name)
     return ready
 

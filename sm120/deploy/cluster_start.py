@@ -82,7 +82,11 @@ def load_cluster_start(name: str) -> ClusterStart | None:
         )
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SM120Error(
-            f"{path} is unusable: {exc}", f"launch {name} again to write it anew"
-        ) from None
+    except KeyError as exc:
+        raise _unusable(path, name, f"{exc} is missing") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _unusable(path, name, str(exc)) from None
+
+
+def _unusable(path: Path, name: str, problem: str) -> SM120Error:
+    return SM120Error(f"{path} is unusable: {problem}", f"launch {name} again to write it anew")

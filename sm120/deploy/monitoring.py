@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from sm120.core.errors import SM120Error
 from sm120.deploy.cluster_start import cluster_start_path
-from sm120.engine.cluster.runtime import RUNTIME_NAME as CLUSTER_RUNTIME
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.state import deployment_dir
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
@@ -77,15 +76,16 @@ def keep_launch_spec(spec: LaunchSpec) -> None:
     cluster_start_path(spec.name).unlink(missing_ok=True)
 
 
-def prepare_cluster_monitor(plan: LaunchPlan, name: str) -> MonitorFiles:
+def prepare_cluster_monitor(plan: LaunchPlan, name: str, node_runtime: str) -> MonitorFiles:
     """The monitor of a deployment over several nodes: the same settings and breaker as on
     one host; it restarts by relaunching every node from the saved ClusterStart (see
-    sm120.deploy.cluster_monitor), which the caller wrote, so no launch spec stays."""
+    sm120.deploy.cluster_monitor), which the caller wrote, so no launch spec stays.
+    `node_runtime` is how each node runs the engine (native or docker)."""
     files = monitor_files(name)
     files.make_dirs()
     files.launch_spec.unlink(missing_ok=True)
     files.watchdog.unlink(missing_ok=True)
-    settings_from_plan(plan, CLUSTER_RUNTIME).save(files.settings)
+    settings_from_plan(plan, node_runtime).save(files.settings)
     return files
 
 
@@ -99,12 +99,14 @@ def _fresh_files(name: str) -> MonitorFiles:
     return files
 
 
+def monitor_module(name: str) -> str:
+    """What runs the deployment's monitor: over several nodes, the module that hands it the
+    relaunch of every node (the monitor package cannot import deploy)."""
+    return CLUSTER_MONITOR_MODULE if cluster_start_path(name).is_file() else MONITOR_MODULE
+
+
 def start_for(name: str) -> int:
-    """Start the deployment's monitor: over several nodes, the one that can relaunch them
-    (the monitor package cannot import deploy, so deploy runs it with the relaunch)."""
-    cluster = cluster_start_path(name).is_file()
-    module = CLUSTER_MONITOR_MODULE if cluster else MONITOR_MODULE
-    return start_monitor(name, monitor_files(name), module=module)
+    return start_monitor(name, monitor_files(name), module=monitor_module(name))
 
 
 def stop_for(name: str) -> bool:
