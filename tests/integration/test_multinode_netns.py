@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from tests.integration.netns import (
     two_hosts,
     wait_links_gone,
 )
-from tests.integration.realstack import free_port
+from tests.integration.realstack import free_port, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -277,7 +277,7 @@ def test_a_killed_worker_brings_every_node_back_and_stop_ends_it(deployment: Dep
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
     files = MonitorFiles(deployment.home / "deployments" / "tiny")
-    wait_until("the monitor", lambda: running_monitor(files) is not None, 30)
+    wait_for("the monitor", lambda: running_monitor(files) is not None, 30)
     first = deployment.state()
     assert first is not None
     head_ns, worker_ns = (h.namespace for h in deployment.hosts.hosts)
@@ -289,12 +289,12 @@ def test_a_killed_worker_brings_every_node_back_and_stop_ends_it(deployment: Dep
     assert ranks_before
 
     os.kill(worker, signal.SIGKILL)
-    wait_until(
+    wait_for(
         "the relaunch to record a new deployment",
         lambda: (s := deployment.state()) and s["supervisor_pid"] != first["supervisor_pid"],
         300,
     )
-    wait_until("READY again through the head", deployment.healthy, float(START_TIMEOUT), every=3)
+    wait_for("READY again through the head", deployment.healthy, float(START_TIMEOUT), every=3)
     # Both nodes run fresh engines: the head was brought down and up too, not left alone.
     (new_worker,) = engine_pids(deployment, worker_ns, b"--headless")
     (new_head,) = engine_pids(deployment, head_ns, b"vllm.entrypoints.openai.api_server")
@@ -347,13 +347,6 @@ def engine_pids(deployment: Deployment, namespace: str, marker: bytes) -> list[i
         if any(marker in arg for arg in argv) and b"vllm" in b" ".join(argv):
             found.append(pid)
     return found
-
-
-def wait_until(what: str, ready: Callable[[], object], timeout: float, every: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s"
-        time.sleep(every)
 
 
 def test_a_real_ray_cluster_forms_then_every_node_is_cleaned(
