@@ -398,21 +398,23 @@ class MonitorService:
             )
             return False
         how = exit_info.describe() if exit_info else "went away (exit status unknown)"
+        # Several processes make one deployment (nodes): name the one that ended.
+        process = exit_info.process if exit_info else None
+        server = process or "the server"
         if not self.breaker.allows(now):
             self._give_up(
                 now,
-                f"the server {how} after {self._restarts_so_far(now)}; not relaunching again (F26)",
+                f"{server} {how} after {self._restarts_so_far(now)}; not relaunching again (F26)",
             )
             self._stop_for_good(now)
             return True
         wait = self.breaker.wait_s(now)
         if wait > 0:
-            self._alert_once("backoff", now, f"the server {how}; relaunching in {wait:.0f} s")
+            self._alert_once("backoff", now, f"{server} {how}; relaunching in {wait:.0f} s")
             return True
         # Its last words reach the log before its exit is recorded: read them all first.
         for line in self.follower.read_lines():
             self._take_line(line, now)
-        process = exit_info.process if exit_info else None
         reason = f"{process} {how}" if process else f"the engine {how}"
         self._restart(
             now, "died", reason, f"{reason}: relaunching the server ", self._tail_of(process)

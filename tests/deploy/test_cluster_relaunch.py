@@ -206,7 +206,7 @@ def test_the_breaker_opens_after_n_and_leaves_every_node_stopped(cluster: Cluste
     assert cluster.state() == second  # kept, so status tells what happened
     (gave_up,) = cluster.events("gave_up")
     assert gave_up["message"] == (
-        "gave up: the server killed by SIGKILL after 1 watchdog restarts in the last 6 h "
+        "gave up: node1:engine killed by SIGKILL after 1 watchdog restarts in the last 6 h "
         "(limit 1); not relaunching again (F26)"
     )
     row = cluster.status()
