@@ -139,16 +139,17 @@ def _launch_cluster_locked(
     started = time.monotonic()
     runtime = ClusterRuntime()
     refuse_or_replace(options, progress)
+    python = _node_python(checked.plan, options, request.runtime, progress)
+    prepared = preflight_nodes(checked.plan, request, python, progress, make)
     start = ClusterStart(
         name=options.name,
         plan=checked.plan,
         request=request,
-        python=_node_python(checked.plan, options, request.runtime, progress),
+        python=python,
         key_file=str(ensure_api_key(options.name, options.api_key)),
         # One budget for the whole start: forming a Ray cluster counts against it too.
         budget_s=options.timeout_s or checked.plan.timeouts.ready_s,
     )
-    prepared = preflight_nodes(start, progress, make)
     state, record = begin(start, prepared, runtime, fresh_log=True)
     # bench and gates read the plan (image, baseline, limits) from the state dir.
     save_plan(options.name, plan_document(checked))
@@ -188,7 +189,7 @@ def relaunch_cluster(
     progress(f"stopping every node of {state.name}")
     runtime.stop(state, timeout=stop_timeout_s)
     _go_on(cancelled)
-    prepared = preflight_nodes(start, progress, make)
+    prepared = preflight_nodes(start.plan, start.request, start.python, progress, make)
     _go_on(cancelled)
     new_state, record = begin(start, prepared, runtime, fresh_log=False)
     try:
@@ -209,12 +210,13 @@ def _go_on(cancelled: Callable[[], bool]) -> None:
         )
 
 
-def preflight_nodes(start: ClusterStart, progress: Progress, make: NodeMaker) -> PreparedStart:
+def preflight_nodes(
+    plan: LaunchPlan, request: ClusterRequest, python: str, progress: Progress, make: NodeMaker
+) -> PreparedStart:
     """Probe every node and compare; render what runs where. Nothing starts here."""
-    plan, request = start.plan, start.request
     assert plan.multinode is not None
     nodes = make(
-        request.nodes, runtime=request.runtime, python=start.python, ssh_options=request.ssh_options
+        request.nodes, runtime=request.runtime, python=python, ssh_options=request.ssh_options
     )
     docker = request.runtime == "docker"
     progress(f"preflight: probing {len(nodes)} nodes")
@@ -231,7 +233,7 @@ def preflight_nodes(start: ClusterStart, progress: Progress, make: NodeMaker) ->
     launches = render_nodes(
         plan,
         facts.addresses,
-        python=None if docker else start.python,
+        python=None if docker else python,
         container_model_dir=CONTAINER_MODEL_DIR if docker and plan.model_dir else None,
     )
     return PreparedStart(plan, nodes, launches, api_host)
