@@ -2,7 +2,8 @@
 (ssh runs the command here, a fake engine replaces vLLM); the agent, the aggregator, the
 monitor, its breaker and every start and stop are the real ones. A killed worker brings
 every node down and up again in order; the breaker opens after N and leaves nothing
-running; `sm120 stop` never relaunches, also when it lands in the middle of a relaunch; a
+running, also under `launch --foreground`, which stays attached through a relaunch;
+`sm120 stop` never relaunches, also when it lands in the middle of a relaunch; a
 relaunch told to stop between its steps ends with nothing started. The real engine across
 two hosts is tests/integration/test_multinode_netns.py."""
 
@@ -24,6 +25,7 @@ import pytest
 from sm120.core.pidlock import lock_holder
 from sm120.deploy.cluster import RelaunchCancelled, relaunch_cluster
 from sm120.deploy.cluster_start import load_cluster_start
+from sm120.deploy.foreground import EXIT_GAVE_UP
 from sm120.deploy.monitoring import stop_for
 from sm120.engine.cluster.record import load_record
 from sm120.engine.runtime.processes import group_members
@@ -46,18 +48,20 @@ class Cluster:
         self.aggregators: set[int] = set()
 
     def sm120(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "SM120_HOME": str(self.home), "NO_COLOR": "1"}
         return subprocess.run(
             [sys.executable, "-m", "sm120", *args],
-            env=env,
+            env=self.env(),
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
 
-    def launch(self, *args: str) -> None:
-        launched = self.sm120(
+    def launch_argv(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "sm120",
             "launch",
             "tiny",
             "-V",
@@ -78,6 +82,19 @@ class Cluster:
             "60",
             *FAST,
             *args,
+        ]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SM120_HOME": str(self.home), "NO_COLOR": "1"}
+
+    def launch(self, *args: str) -> None:
+        launched = subprocess.run(
+            self.launch_argv(*args),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert launched.returncode == 0, launched.stderr[-3000:]
 
@@ -220,6 +237,44 @@ def test_the_breaker_opens_after_n_and_leaves_every_node_stopped(cluster: Cluste
     stopped = cluster.sm120("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert cluster.state() is None
+
+
+def test_foreground_stays_through_a_relaunch_and_ends_when_the_breaker_opens(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # What the service unit runs: the launcher follows the deployment across nodes.
+    err_path = tmp_path / "foreground.err"
+    with err_path.open("w") as err:
+        process = subprocess.Popen(
+            cluster.launch_argv("--restart", "on-failure:1", "--foreground"),
+            env=cluster.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        wait_for("READY", cluster.healthy, 60, every=0.2)
+        wait_for("the monitor", lambda: running_monitor(cluster.files), 30)
+        first = cluster.state()
+        assert first is not None
+        os.kill(cluster.worker(), signal.SIGKILL)
+        wait_for(
+            "the relaunch",
+            lambda: (s := cluster.state()) and s["supervisor_pid"] != first["supervisor_pid"],
+            60,
+        )
+        wait_for("READY again", cluster.healthy, 60, every=0.2)
+        assert process.poll() is None  # the relaunch did not end the foreground launcher
+        os.kill(cluster.worker(), signal.SIGKILL)
+        assert process.wait(timeout=60) == EXIT_GAVE_UP
+        text = err_path.read_text()
+        assert "the restart breaker is open: tiny stays stopped" in text
+        # One log through both runs: the head answered READY twice.
+        assert text.count("[node0:engine] INFO:     Application startup complete.") == 2
+        cluster.assert_nothing_running()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_stop_during_a_relaunch_leaves_nothing_on_any_node(cluster: Cluster) -> None:
