@@ -43,15 +43,21 @@ def _to_stderr(line: str) -> None:
     sys.stderr.flush()
 
 
+def serve_deployment(name: str, files: MonitorFiles) -> int:
+    """The monitor of a deployment sm120 started, in this process, with the relaunch of
+    every node when the deployment spans several (`sm120 monitor --serve` runs this too)."""
+    start = load_cluster_start(name)
+    relaunch = ClusterRelaunch(start, _to_stderr) if start is not None else None
+    return serve(name, files, relaunch=relaunch)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sm120.deploy.cluster_monitor")
     parser.add_argument("--name", required=True, help="deployment name (in the sm120 state dir)")
     args = parser.parse_args(argv)
     try:
         name = check_deployment_name(args.name)
-        start = load_cluster_start(name)
-        relaunch = ClusterRelaunch(start, _to_stderr) if start is not None else None
-        return serve(name, MonitorFiles(deployment_dir(name)), relaunch=relaunch)
+        return serve_deployment(name, MonitorFiles(deployment_dir(name)))
     except SM120Error as exc:
         sys.stderr.write(f"Error: {exc.one_line()}\n")
         return 2
