@@ -163,9 +163,10 @@ def _launch_cluster_locked(
             runtime.stop(state, timeout=10.0)
         clear_state(options.name)
         raise
+    # What the monitor relaunches from (--restart on-failure, wedge restarts); kept without
+    # one too, for a monitor started by hand (`sm120 monitor --serve`).
+    save_cluster_start(start)
     if options.monitor:
-        # What the monitor relaunches from (--restart on-failure, wedge restarts).
-        save_cluster_start(start)
         prepare_cluster_monitor(prepared.plan, options.name, request.runtime)
         ready.monitor_pid = start_for(options.name)
     return ready

@@ -62,7 +62,11 @@ def settings_from_plan(plan: LaunchPlan, runtime_name: str) -> MonitorSettings:
 def prepare_monitor(plan: LaunchPlan, spec: LaunchSpec, runtime_name: str) -> MonitorFiles:
     """Write what the monitor needs. A launch by hand also resets the restart breaker: the
     user has looked at the server, so an earlier 'gave up' no longer holds."""
-    files = _fresh_files(spec.name)
+    files = monitor_files(spec.name)
+    files.make_dirs()
+    files.watchdog.unlink(missing_ok=True)
+    # Left by a launch over several nodes under this name, it would pick the wrong monitor.
+    cluster_start_path(spec.name).unlink(missing_ok=True)
     settings_from_plan(plan, runtime_name).save(files.settings)
     save_launch_spec(files.launch_spec, spec)
     return files
@@ -86,16 +90,6 @@ def prepare_cluster_monitor(plan: LaunchPlan, name: str, node_runtime: str) -> M
     files.launch_spec.unlink(missing_ok=True)
     files.watchdog.unlink(missing_ok=True)
     settings_from_plan(plan, node_runtime).save(files.settings)
-    return files
-
-
-def _fresh_files(name: str) -> MonitorFiles:
-    files = monitor_files(name)
-    files.make_dirs()
-    files.watchdog.unlink(missing_ok=True)
-    # Left by an earlier launch over several nodes under this name, it would pick the wrong
-    # monitor (start_for).
-    cluster_start_path(name).unlink(missing_ok=True)
     return files
 
 
