@@ -164,7 +164,7 @@ def launch(
         check_placeable(checked.plan, placement)
     from sm120.deploy.monitoring import check_restart_policy
 
-    check_restart_policy(checked.plan, monitor=not no_monitor, multinode=addresses is not None)
+    check_restart_policy(checked.plan, monitor=not no_monitor)
     launches = _node_launches(checked, addresses, runtime) if addresses is not None else None
     if addresses is None:
         # The weights of a multi-node plan sit at one path on every node: no local default.

@@ -89,8 +89,10 @@ def monitor(
             from sm120.monitor.files import MonitorFiles
 
             raise typer.Exit(serve_monitor(None, MonitorFiles(state_dir), url=url))
+        from sm120.deploy.cluster_monitor import serve_deployment
+
         deployment, files = _files_of(name)
-        raise typer.Exit(serve_monitor(deployment, files))
+        raise typer.Exit(serve_deployment(deployment, files))
     deployment, files = _files_of(name)
     if plot is not None:
         from sm120.monitor.peaks import JsonlRing

@@ -4,6 +4,10 @@ executor needs, wait for READY through the head, and on any failure stop every n
 native: the headless workers first (they wait at the rendezvous), then rank 0 on the head,
 which serves the API once all ranks joined. ray: the Ray head, then the workers join (waited
 for until the cluster counts every node), then the engine on the head.
+
+A relaunch (the monitor's, under `--restart on-failure` or a wedge restart) stops every node
+and runs the same three steps again - preflight, begin, start - from the saved ClusterStart
+(sm120.deploy.cluster_start); it does not wait for READY, the monitor watches for it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from dataclasses import dataclass
 from sm120.core.net import exposure_warning
 from sm120.deploy.checked import CheckedPlan, plan_document
 
+# ClusterRequest is what callers of launch_cluster build: re-exported from here.
+from sm120.deploy.cluster_start import ClusterRequest as ClusterRequest
+from sm120.deploy.cluster_start import ClusterStart, save_cluster_start
+
 # The single-host launcher's steps, reused as they are (same checks, same READY probe).
 from sm120.deploy.launcher import (
     LaunchError,
@@ -32,7 +40,7 @@ from sm120.deploy.launcher import (
     refuse_or_replace,
     wait_and_smoke,
 )
-from sm120.deploy.monitoring import prepare_watch_only, start_for
+from sm120.deploy.monitoring import prepare_cluster_monitor, start_for
 from sm120.engine.cluster.node import Node, NodeError, StartRequest
 from sm120.engine.cluster.nodes import make_nodes
 from sm120.engine.cluster.preflight import check, probe_all, probe_requests
@@ -67,11 +75,22 @@ RAY_NODES = (
 NodeMaker = Callable[..., list[Node]]
 
 
+class RelaunchCancelled(LaunchError):
+    """The deployment was stopped while a relaunch was starting it again."""
+
+
+def never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
-class ClusterRequest:
-    nodes: list[NodeAddress]
-    runtime: str = "native"  # native: the engine's Python over SSH; docker: Docker over ssh://
-    ssh_options: tuple[str, ...] = ()
+class PreparedStart:
+    """What preflight settled: the plan with the fabric interface, and each node's part."""
+
+    plan: LaunchPlan
+    nodes: list[Node]
+    launches: list[NodeLaunch]
+    api_host: str
 
 
 @dataclass(frozen=True)
@@ -118,11 +137,85 @@ def _launch_cluster_locked(
     make: NodeMaker,
 ) -> Ready:
     started = time.monotonic()
-    plan = checked.plan
-    assert plan.multinode is not None
     runtime = ClusterRuntime()
     refuse_or_replace(options, progress)
-    python = _node_python(plan, options, request.runtime, progress)
+    python = _node_python(checked.plan, options, request.runtime, progress)
+    prepared = preflight_nodes(checked.plan, request, python, progress, make)
+    start = ClusterStart(
+        name=options.name,
+        plan=checked.plan,
+        request=request,
+        python=python,
+        key_file=str(ensure_api_key(options.name, options.api_key)),
+        # One budget for the whole start: forming a Ray cluster counts against it too.
+        budget_s=options.timeout_s or checked.plan.timeouts.ready_s,
+    )
+    state, record = begin(start, prepared, runtime, fresh_log=True)
+    # bench and gates read the plan (image, baseline, limits) from the state dir.
+    save_plan(options.name, plan_document(checked))
+    try:
+        start_processes(start, prepared, record, state, progress)
+        progress(f"all {len(prepared.nodes)} nodes started; waiting for the head to serve")
+        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+    except BaseException:
+        progress("stopping every node")
+        with contextlib.suppress(NodeError):
+            runtime.stop(state, timeout=10.0)
+        clear_state(options.name)
+        raise
+    # What the monitor relaunches from (--restart on-failure, wedge restarts); kept without
+    # one too, for a monitor started by hand (`sm120 monitor --serve`).
+    save_cluster_start(start)
+    if options.monitor:
+        prepare_cluster_monitor(prepared.plan, options.name, request.runtime)
+        ready.monitor_pid = start_for(options.name)
+    return ready
+
+
+def relaunch_cluster(
+    start: ClusterStart,
+    state: DeploymentState,
+    progress: Progress,
+    *,
+    stop_timeout_s: float = 30.0,
+    cancelled: Callable[[], bool] = never,
+    make: NodeMaker = make_nodes,
+) -> DeploymentState:
+    """Stop every node, then preflight and start them all again, in order; the new state.
+    The caller holds the deployment's lock. A failure (or `cancelled()`, checked between the
+    steps) stops whatever this relaunch started before it raises; the state saved by then
+    stays, so `status` shows the deployment as down, not gone."""
+    runtime = ClusterRuntime()
+    _go_on(cancelled)
+    progress(f"stopping every node of {state.name}")
+    runtime.stop(state, timeout=stop_timeout_s)
+    _go_on(cancelled)
+    prepared = preflight_nodes(start.plan, start.request, start.python, progress, make)
+    _go_on(cancelled)
+    new_state, record = begin(start, prepared, runtime, fresh_log=False)
+    try:
+        start_processes(start, prepared, record, new_state, progress, cancelled=cancelled)
+    except BaseException:
+        progress("stopping every node")
+        with contextlib.suppress(NodeError):
+            runtime.stop(new_state, timeout=10.0)
+        raise
+    progress(f"all {len(prepared.nodes)} nodes started again")
+    return new_state
+
+
+def _go_on(cancelled: Callable[[], bool]) -> None:
+    if cancelled():
+        raise RelaunchCancelled(
+            "the deployment was stopped during its relaunch", "nothing of it is left running"
+        )
+
+
+def preflight_nodes(
+    plan: LaunchPlan, request: ClusterRequest, python: str, progress: Progress, make: NodeMaker
+) -> PreparedStart:
+    """Probe every node and compare; render what runs where. Nothing starts here."""
+    assert plan.multinode is not None
     nodes = make(
         request.nodes, runtime=request.runtime, python=python, ssh_options=request.ssh_options
     )
@@ -144,29 +237,7 @@ def _launch_cluster_locked(
         python=None if docker else python,
         container_model_dir=CONTAINER_MODEL_DIR if docker and plan.model_dir else None,
     )
-    key_file = str(ensure_api_key(options.name, options.api_key))
-    state, record = _begin(plan, options, runtime, nodes, api_host, key_file)
-    # bench and gates read the plan (image, baseline, limits) from the state dir.
-    save_plan(options.name, plan_document(checked))
-    try:
-        key = read_api_key(key_file)
-        # One budget for the whole start: forming a Ray cluster counts against it too.
-        budget = options.timeout_s or plan.timeouts.ready_s
-        _start_all(
-            plan, nodes, launches, record, state, key, progress, docker=docker, budget=budget
-        )
-        progress(f"all {len(nodes)} nodes started; waiting for the head to serve")
-        ready = wait_and_smoke(checked, runtime, state, options, view, started)
-    except BaseException:
-        progress("stopping every node")
-        with contextlib.suppress(NodeError):
-            runtime.stop(state, timeout=10.0)
-        clear_state(options.name)
-        raise
-    if options.monitor:
-        prepare_watch_only(plan, options.name, RUNTIME_NAME)
-        ready.monitor_pid = start_for(options.name)
-    return ready
+    return PreparedStart(plan, nodes, launches, api_host)
 
 
 def _node_python(plan: LaunchPlan, options: LaunchOptions, runtime: str, progress: Progress) -> str:
@@ -213,32 +284,30 @@ def _is_local(address: str) -> bool:
     return True
 
 
-def _begin(
-    plan: LaunchPlan,
-    options: LaunchOptions,
-    runtime: ClusterRuntime,
-    nodes: Sequence[Node],
-    api_host: str,
-    key_file: str,
+def begin(
+    start: ClusterStart, prepared: PreparedStart, runtime: ClusterRuntime, *, fresh_log: bool
 ) -> tuple[DeploymentState, ClusterRecord]:
-    """Record the deployment and start its log aggregator before the first node starts."""
-    folder = deployment_dir(options.name)
+    """Record the deployment and start its log aggregator before the first node starts. A
+    relaunch keeps serve.log: the runs follow each other in it, as on one host."""
+    plan, name = prepared.plan, start.name
+    folder = deployment_dir(name)
     log_path = folder / "logs" / "serve.log"
     private_dir(log_path.parent)
-    write_private_atomically(log_path, "")
+    if fresh_log or not log_path.exists():
+        write_private_atomically(log_path, "")
     record = ClusterRecord(
-        run_id=f"{options.name}-{secrets.token_hex(4)}", nodes=[n.describe() for n in nodes]
+        run_id=f"{name}-{secrets.token_hex(4)}", nodes=[n.describe() for n in prepared.nodes]
     )
-    save_record(options.name, record)
-    aggregator = runtime.start_aggregator(options.name)
+    save_record(name, record)
+    aggregator = runtime.start_aggregator(name)
     state = DeploymentState(
-        name=options.name,
+        name=name,
         recipe=plan.recipe,
         runtime=RUNTIME_NAME,
         supervisor_pid=aggregator,
         supervisor_start=start_ticks(aggregator),
         engine_pid=None,
-        host=api_host,
+        host=prepared.api_host,
         port=plan.port,
         plan_hash=plan.plan_hash,
         started_at=time.time(),
@@ -246,26 +315,29 @@ def _begin(
         exit_file=str(folder / "exit.json"),
         served_model_name=plan.model.served_name,
         model_dir=plan.model_dir,
-        api_key_file=key_file,
+        api_key_file=start.key_file,
     )
     save_state(state)
     return state, record
 
 
-def _start_all(
-    plan: LaunchPlan,
-    nodes: Sequence[Node],
-    launches: Sequence[NodeLaunch],
+def start_processes(
+    start: ClusterStart,
+    prepared: PreparedStart,
     record: ClusterRecord,
     state: DeploymentState,
-    key: str | None,
     progress: Progress,
     *,
-    docker: bool,
-    budget: float,
+    cancelled: Callable[[], bool] = never,
 ) -> None:
+    """Every process of every node, in start order; each recorded as soon as it started, so
+    a stop (even of a launcher killed half-way) finds it."""
+    plan, nodes, launches = prepared.plan, prepared.nodes, prepared.launches
     assert plan.multinode is not None
+    docker = start.request.runtime == "docker"
+    key = read_api_key(start.key_file)
     for step in start_steps(launches, plan.multinode.executor):
+        _go_on(cancelled)
         launch = launches[step.rank]
         env = launch.env_for(step.process)
         if step.process.serves_api and key:
@@ -300,7 +372,8 @@ def _start_all(
                 head.main.argv[0],
                 address,
                 step.ray_nodes,
-                timeout=min(budget, RAY_WAIT_S),
+                timeout=min(start.budget_s, RAY_WAIT_S),
+                cancelled=cancelled,
             )
 
 
@@ -313,10 +386,12 @@ def wait_for_ray(
     *,
     timeout: float = RAY_WAIT_S,
     poll: float = RAY_POLL_S,
+    cancelled: Callable[[], bool] = never,
 ) -> None:
     deadline = time.monotonic() + timeout
     alive = 0
     while True:
+        _go_on(cancelled)
         if not head.status(handle).running:
             raise LaunchError(
                 f"{head.label}: the Ray head ended before the cluster formed",

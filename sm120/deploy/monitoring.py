@@ -3,35 +3,30 @@ READY; stop and --replace end it before they touch the server."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from sm120.core.errors import SM120Error
+from sm120.deploy.cluster_start import cluster_start_path
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.state import deployment_dir
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
-from sm120.monitor.process import start_monitor, stop_monitor
+from sm120.monitor.process import MONITOR_MODULE, start_monitor, stop_monitor
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.restart import parse_restart_policy
+
+# `python -m` this to run the monitor of a deployment over several nodes.
+CLUSTER_MONITOR_MODULE = "sm120.deploy.cluster_monitor"
 
 
 class SupervisionError(SM120Error):
     """A restart policy that nothing would carry out."""
 
 
-def check_restart_policy(plan: LaunchPlan, *, monitor: bool, multinode: bool) -> None:
+def check_restart_policy(plan: LaunchPlan, *, monitor: bool) -> None:
     """Refuse a relaunch promise this launch cannot keep, before anything starts."""
     policy = parse_restart_policy(plan.monitor.restart)
-    if not policy.on_failure:
-        return
-    if not monitor:
+    if policy.on_failure and not monitor:
         raise SupervisionError(
             f"restart policy {policy} needs the monitor, which --no-monitor turns off",
             "drop --no-monitor, or launch with --restart no",
-        )
-    if multinode:
-        raise SupervisionError(
-            f"restart policy {policy} does not span nodes yet",
-            "launch with --restart no; 'sm120 service' can restart the whole launch",
         )
 
 
@@ -69,9 +64,11 @@ def prepare_monitor(plan: LaunchPlan, spec: LaunchSpec, runtime_name: str) -> Mo
     user has looked at the server, so an earlier 'gave up' no longer holds."""
     files = monitor_files(spec.name)
     files.make_dirs()
+    files.watchdog.unlink(missing_ok=True)
+    # Left by a launch over several nodes under this name, it would pick the wrong monitor.
+    cluster_start_path(spec.name).unlink(missing_ok=True)
     settings_from_plan(plan, runtime_name).save(files.settings)
     save_launch_spec(files.launch_spec, spec)
-    files.watchdog.unlink(missing_ok=True)
     return files
 
 
@@ -80,27 +77,30 @@ def keep_launch_spec(spec: LaunchSpec) -> None:
     files = monitor_files(spec.name)
     files.make_dirs()
     save_launch_spec(files.launch_spec, spec)
+    cluster_start_path(spec.name).unlink(missing_ok=True)
 
 
-def prepare_watch_only(plan: LaunchPlan, name: str, runtime_name: str) -> MonitorFiles:
-    """The monitor for a deployment it cannot restart (one engine over several nodes starts
-    node by node, not from one argv): logs, peaks and wedge alerts, no watchdog restarts."""
+def prepare_cluster_monitor(plan: LaunchPlan, name: str, node_runtime: str) -> MonitorFiles:
+    """The monitor of a deployment over several nodes: the same settings and breaker as on
+    one host; it restarts by relaunching every node from the saved ClusterStart (see
+    sm120.deploy.cluster_monitor), which the caller wrote, so no launch spec stays.
+    `node_runtime` is how each node runs the engine (native or docker)."""
     files = monitor_files(name)
     files.make_dirs()
-    settings = dataclasses.replace(
-        settings_from_plan(plan, runtime_name),
-        restart_on_wedge=False,
-        restart_on_death=False,
-        restart_policy="no",
-    )
-    settings.save(files.settings)
-    files.launch_spec.unlink(missing_ok=True)  # without it the monitor never restarts
+    files.launch_spec.unlink(missing_ok=True)
     files.watchdog.unlink(missing_ok=True)
+    settings_from_plan(plan, node_runtime).save(files.settings)
     return files
 
 
+def monitor_module(name: str) -> str:
+    """What runs the deployment's monitor: over several nodes, the module that hands it the
+    relaunch of every node (the monitor package cannot import deploy)."""
+    return CLUSTER_MONITOR_MODULE if cluster_start_path(name).is_file() else MONITOR_MODULE
+
+
 def start_for(name: str) -> int:
-    return start_monitor(name, monitor_files(name))
+    return start_monitor(name, monitor_files(name), module=monitor_module(name))
 
 
 def stop_for(name: str) -> bool:

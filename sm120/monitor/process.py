@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sm120.core.pidlock import PidLock, end_holder, lock_holder
 from sm120.monitor.files import MonitorFiles, load_settings
 from sm120.monitor.service import MonitorService
-from sm120.monitor.target import DeploymentTarget, UrlTarget
+from sm120.monitor.target import DeploymentTarget, Relaunch, UrlTarget
 
 if TYPE_CHECKING:
     from sm120.monitor.target import Target
@@ -33,13 +33,14 @@ def running_monitor(files: MonitorFiles) -> int | None:
     return lock_holder(files.pid)
 
 
-def start_monitor(name: str, files: MonitorFiles) -> int:
-    """Start `python -m sm120.monitor --name NAME` in its own session; returns its pid."""
+def start_monitor(name: str, files: MonitorFiles, module: str = MONITOR_MODULE) -> int:
+    """Start `python -m MODULE --name NAME` in its own session; returns its pid. MODULE is
+    this package's, or one that runs `serve` with a relaunch handed in (a higher layer's)."""
     files.make_dirs()
     log_fd = os.open(files.monitor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", MONITOR_MODULE, "--name", name],
+            [sys.executable, "-m", module, "--name", name],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=subprocess.STDOUT,
@@ -75,8 +76,10 @@ def serve(
     *,
     url: str | None = None,
     api_key: str | None = None,
+    relaunch: Relaunch | None = None,
 ) -> int:
-    """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away."""
+    """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away.
+    `relaunch` starts the deployment again where one argv cannot (several nodes)."""
 
     files.make_dirs()
     lock = PidLock(files.pid)
@@ -90,7 +93,9 @@ def serve(
         signal.signal(signum, lambda _signum, _frame: stop.set())
     try:
         target: Target = (
-            DeploymentTarget(target_name, files) if target_name else UrlTarget(url or "", api_key)
+            DeploymentTarget(target_name, files, relaunch=relaunch, cancelled=stop.is_set)
+            if target_name
+            else UrlTarget(url or "", api_key)
         )
         service = MonitorService(target, files, load_settings(files.settings))
         sys.stderr.write(f"monitoring {target.base_url} (pid {os.getpid()})\n")

@@ -398,23 +398,42 @@ class MonitorService:
             )
             return False
         how = exit_info.describe() if exit_info else "went away (exit status unknown)"
+        # Several processes make one deployment (nodes): name the one that ended.
+        process = exit_info.process if exit_info else None
+        server = process or "the server"
         if not self.breaker.allows(now):
             self._give_up(
                 now,
-                f"the server {how} after {self._restarts_so_far(now)}; not relaunching again (F26)",
+                f"{server} {how} after {self._restarts_so_far(now)}; not relaunching again (F26)",
             )
             self._stop_for_good(now)
             return True
         wait = self.breaker.wait_s(now)
         if wait > 0:
-            self._alert_once("backoff", now, f"the server {how}; relaunching in {wait:.0f} s")
+            self._alert_once("backoff", now, f"{server} {how}; relaunching in {wait:.0f} s")
             return True
         # Its last words reach the log before its exit is recorded: read them all first.
         for line in self.follower.read_lines():
             self._take_line(line, now)
-        reason = f"the engine {how}"
-        self._restart(now, "died", reason, f"{reason}: relaunching the server ")
+        reason = f"{process} {how}" if process else f"the engine {how}"
+        self._restart(
+            now, "died", reason, f"{reason}: relaunching the server ", self._tail_of(process)
+        )
         return True
+
+    def _tail_of(self, process: str | None) -> list[str]:
+        """The last lines of the process that ended. Where one log gathers several (a
+        multi-node deployment tags each line `[node1:engine] ...`), only that one's lines and
+        what sm120 noted about it: the healthy nodes' lines would bury them."""
+        recent = list(self.recent)
+        if process is None:
+            return recent
+        own = [
+            line
+            for line in recent
+            if line.startswith(f"[{process}] ") or line.startswith(f"[sm120] {process} ")
+        ]
+        return own or recent
 
     def _restarts_so_far(self, now: float) -> str:
         hours = self.breaker.window_s / 3600
@@ -437,8 +456,16 @@ class MonitorService:
         self.say("the breaker is open: the server stays stopped and the monitor ends")
         self.finished = True
 
-    def _restart(self, now: float, kind: str, reason: str, announce: str) -> None:
-        self.breaker.record_restart(now, kind, reason, list(self.recent))
+    def _restart(
+        self,
+        now: float,
+        kind: str,
+        reason: str,
+        announce: str,
+        log_tail: list[str] | None = None,
+    ) -> None:
+        tail = list(self.recent) if log_tail is None else log_tail
+        self.breaker.record_restart(now, kind, reason, tail)
         self._save_breaker()
         count, limit = len(self.breaker.recent(now)), self.breaker.limit
         self._alert(now, "restart", f"{announce}(watchdog restart {count} of {limit})")

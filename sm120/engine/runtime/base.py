@@ -36,6 +36,9 @@ class ExitInfo:
     returncode: int | None
     signal: int | None
     ended_at: float
+    # Which process ended, where one deployment runs several (a multi-node one's
+    # "node1:engine"); None for a single engine.
+    process: str | None = None
 
     def describe(self) -> str:
         if self.signal is not None:
@@ -63,7 +66,13 @@ class ExitInfo:
         ended_at = data.get("ended_at", 0.0)
         if isinstance(ended_at, bool) or not isinstance(ended_at, (int, float)):
             raise _unusable_record(path, "'ended_at' must be a time in seconds since 1970")
-        return cls(returncode=data.get("returncode"), signal=data.get("signal"), ended_at=ended_at)
+        process = data.get("process")
+        return cls(
+            returncode=data.get("returncode"),
+            signal=data.get("signal"),
+            ended_at=ended_at,
+            process=process if isinstance(process, str) else None,
+        )
 
 
 def _unusable_record(path: Path, problem: str) -> StateError:
