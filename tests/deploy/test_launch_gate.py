@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from sm120.cli.serving import GateRequest, run_launch_gate
+from sm120.deploy.gate import GateRequest, run_launch_gate
+from sm120.engine.runtime.base import RuntimeStatus
 from sm120.engine.state import DeploymentState, load_state, save_state
 from sm120.measure.target import save_plan
 from tests.fakes.scripted_server import Answer, ScriptedServer
@@ -50,6 +51,9 @@ def test_a_valid_gate_leaves_the_dry_run_alone(cli: CliRunner) -> None:
 class RecordingRuntime:
     def __init__(self) -> None:
         self.stopped: list[str] = []
+
+    def status(self, state: DeploymentState) -> RuntimeStatus:
+        return RuntimeStatus(running=True, exit=None, pid=None)
 
     def stop(self, state: DeploymentState, timeout: float = 30.0) -> None:
         self.stopped.append(state.name)
