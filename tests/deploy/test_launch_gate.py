@@ -152,3 +152,22 @@ def test_gate_that_cannot_reach_the_server(
     assert run_launch_gate(launched, runtime, GateRequest(("core",))) == 1  # type: ignore[arg-type]
     assert runtime.stopped == ["tiny"]
     assert "Error: the core gate could not run: server not reachable at" in capsys.readouterr().err
+
+
+def test_failing_gate_stops_the_monitor_before_the_server(
+    ready: tuple[SimpleNamespace, ScriptedServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop sequence of `sm120 stop`: a monitor still watching would restart the server
+    the gate just stopped."""
+    launched, _server = ready
+    steps: list[str] = []
+    monkeypatch.setattr("sm120.deploy.stop.stop_for", lambda name: steps.append(f"monitor {name}"))
+
+    class OrderedRuntime(RecordingRuntime):
+        def stop(self, state: DeploymentState, timeout: float = 30.0) -> None:
+            steps.append(f"runtime {state.name} (state kept: {load_state(state.name) is not None})")
+
+    code = run_launch_gate(launched, OrderedRuntime(), GateRequest(("core",), max_tokens=8))  # type: ignore[arg-type]
+    assert code == 1
+    assert steps == ["monitor tiny", "runtime tiny (state kept: True)"]
+    assert load_state("tiny") is None
