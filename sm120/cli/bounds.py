@@ -8,6 +8,7 @@ and fails for any numeric option missing here: a new option cannot ship unbounde
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import types
@@ -131,6 +132,7 @@ def declared_options(func: Callable[..., Any]) -> Iterator[tuple[str, tuple[str,
                     yield name, (*first, *(extra.param_decls or ())), kind
 
 
+@functools.cache
 def numeric_options(func: Callable[..., Any]) -> dict[str, str]:
     """Parameter name -> flag, for the int and float options and arguments of a command."""
     found = {}
