@@ -19,8 +19,6 @@ from sm120.engine.find import find_deployment, runtime_for
 from sm120.engine.runtime.base import ExitInfo, Runtime
 from sm120.engine.state import DeploymentState, clear_state, deployment_lock, load_state
 
-__all__ = ["STOP_TIMEOUT_S", "Stopped", "stop_deployment", "stop_sequence"]
-
 
 @dataclass(frozen=True)
 class Stopped:
