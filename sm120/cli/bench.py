@@ -11,6 +11,8 @@ import typer
 
 from sm120.cli.bounds import bound_for, check_number
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import DeploymentOpt
+from sm120.core.defaults import BENCH_SETTLE_S
 from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ def parse_ints(text: str | None, option: str) -> tuple[int, ...] | None:
 
 @cli_errors
 def bench(
-    name: str | None = typer.Option(None, "--name", help="Deployment (default: the only one)."),
+    name: DeploymentOpt = None,
     url: str | None = typer.Option(
         None, "--url", help="Any OpenAI-compatible server instead (key: $OPENAI_API_KEY)."
     ),
@@ -60,7 +62,7 @@ def bench(
     ),
     requests: int | None = typer.Option(None, "--requests", help="Requests per point."),
     settle: float = typer.Option(
-        2.0, "--settle", help="Seconds to pause before each measured phase, either tool."
+        BENCH_SETTLE_S, "--settle", help="Seconds to pause before each measured phase, either tool."
     ),
     threshold: float = typer.Option(
         0.10, "--threshold", help="Regression: this fraction below a reference."

@@ -8,11 +8,14 @@ and fails for any numeric option missing here: a new option cannot ship unbounde
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from typer.models import ArgumentInfo, OptionInfo
 
@@ -111,18 +114,41 @@ def check_number(flag: str, value: float, bound: Bound) -> None:
     raise OutOfRange(f"{flag} must be {need}, got {shown}", bound.hint)
 
 
+def declared_options(func: Callable[..., Any]) -> Iterator[tuple[str, tuple[str, ...], object]]:
+    """(parameter name, its flags, its type) for each Typer option or argument of a command,
+    declared either way: `x: int = typer.Option(None, "--x")` or `x: PortOpt = None` (an
+    Annotated alias from sm120.cli.options, where Typer reads the first flag from the place
+    of the default)."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    for name, param in inspect.signature(func).parameters.items():
+        kind, info = hints.get(name), param.default
+        if isinstance(info, OptionInfo | ArgumentInfo):
+            yield name, tuple(info.param_decls or ()), kind
+        elif typing.get_origin(kind) is Annotated:
+            kind, *extras = typing.get_args(kind)
+            for extra in extras:
+                if isinstance(extra, OptionInfo | ArgumentInfo):
+                    first = (extra.default,) if isinstance(extra.default, str) else ()
+                    yield name, (*first, *(extra.param_decls or ())), kind
+
+
+@functools.cache
 def numeric_options(func: Callable[..., Any]) -> dict[str, str]:
     """Parameter name -> flag, for the int and float options and arguments of a command."""
     found = {}
-    for name, param in inspect.signature(func).parameters.items():
-        info = param.default
-        if not isinstance(info, OptionInfo | ArgumentInfo):
-            continue
-        annotation = str(param.annotation).replace(" | None", "").replace("Optional[", "")
-        if annotation.rstrip("]") in ("int", "float"):
-            decls = [d for d in info.param_decls or () if d.startswith("--")]
-            found[name] = decls[0] if decls else name
+    for name, decls, kind in declared_options(func):
+        if _is_number(kind):
+            flags = [d for d in decls if d.startswith("--")]
+            found[name] = flags[0] if flags else name
     return found
+
+
+def _is_number(kind: object) -> bool:
+    """int or float, optional or not (bool is neither here)."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        members = [k for k in typing.get_args(kind) if k is not type(None)]
+        return len(members) == 1 and _is_number(members[0])
+    return kind in (int, float)
 
 
 def check_options(command: str, flags: dict[str, str], values: dict[str, Any]) -> None:

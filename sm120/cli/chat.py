@@ -7,6 +7,7 @@ import sys
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import DeploymentOpt, NoThinkRequestOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +19,8 @@ def chat(
     prompt: str | None = typer.Argument(
         None, help="The message; stdin when piped; none: a session."
     ),
-    name: str | None = typer.Option(None, "--name", help="Deployment."),
-    no_think: bool = typer.Option(False, "--no-think", help="Ask the model not to reason."),
+    name: DeploymentOpt = None,
+    no_think: NoThinkRequestOpt = False,
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Cap the answer length."),
     system: str | None = typer.Option(None, "--system", help="A system prompt."),
     no_stream: bool = typer.Option(False, "--no-stream", help="Wait for the whole answer."),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import EnvFileOpt, HostOpt, PortOpt, SetsOpt, VariantsOpt, VllmPythonOpt
 
 if TYPE_CHECKING:
     from sm120.doctor.findings import Finding
@@ -38,6 +39,7 @@ def _needs(
     host: str | None,
     env_file: Path | None,
 ) -> Needs:
+    from sm120.core.defaults import DEFAULT_HOST, DEFAULT_PORT
     from sm120.doctor.needs import Needs, needs_from_plan
 
     if recipe is None:
@@ -45,25 +47,25 @@ def _needs(
 
         targets = {arch: tuple(names) for arch, names in targets_by_arch().items()}
         return Needs(
-            port=port or 8000, host=host or "127.0.0.1", model_dir=model_dir, targets=targets
-        )
-    from sm120.core.dotenv import read_dotenv
-    from sm120.plan.resolve import PlanRequest, resolve
-
-    dotenv_path = env_file or (Path(".env") if Path(".env").is_file() else None)
-    plan = resolve(
-        PlanRequest(
-            recipe=recipe,
-            variants=tuple(v.strip() for item in variant for v in item.split(",") if v.strip()),
-            sets=tuple(sets),
+            port=port or DEFAULT_PORT,
+            host=host or DEFAULT_HOST,
             model_dir=model_dir,
-            port=port,
-            host=host,
-            dotenv=read_dotenv(dotenv_path) if dotenv_path else {},
-            environ=dict(os.environ),
+            targets=targets,
         )
+    from sm120.plan.request import plan_request
+    from sm120.plan.resolve import resolve
+
+    request = plan_request(
+        recipe,
+        environ=os.environ,
+        variants=variant,
+        sets=sets,
+        model_dir=model_dir,
+        port=port,
+        host=host,
+        env_file=env_file,
     )
-    return needs_from_plan(plan)
+    return needs_from_plan(resolve(request))
 
 
 def _check_from(path: Path, report: Path | None) -> None:
@@ -86,17 +88,15 @@ def doctor(
     recipe: str | None = typer.Argument(
         None, help="Judge the machine for this recipe (GPU count, memory, disk); optional."
     ),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Recipe variant(s)."),
-    sets: list[str] = typer.Option([], "--set", help="KEY=VALUE, as for launch."),
+    variant: VariantsOpt = [],  # noqa: B006 - Typer copies it
+    sets: SetsOpt = [],  # noqa: B006
     model_dir: str | None = typer.Option(
         None, "--model-dir", help="Where the weights are or go (disk check)."
     ),
-    port: int | None = typer.Option(None, "--port", help="Port to check (default: recipe's)."),
-    host: str | None = typer.Option(None, "--host", help="Bind address to check."),
-    env_file: Path | None = typer.Option(None, "--env-file", help="A .env file (default ./.env)."),
-    vllm_python: str | None = typer.Option(
-        None, "--vllm-python", help="The engine's Python (else $VLLM_PYTHON / managed env)."
-    ),
+    port: PortOpt = None,
+    host: HostOpt = None,
+    env_file: EnvFileOpt = None,
+    vllm_python: VllmPythonOpt = None,
     from_path: Path | None = typer.Option(
         None, "--from", help="Diagnose pasted nvidia-smi outputs (a file or a folder) instead."
     ),

@@ -23,12 +23,12 @@ def report(exc: SM120Error) -> None:
 def cli_errors(func: F) -> F:
     """Turn SM120Error into the one-line message; full tracebacks only with SM120_DEBUG=1.
     Numeric options are checked against their range (sm120.cli.bounds) first."""
-    numeric = numeric_options(func)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            check_options(func.__name__, numeric, kwargs)
+            # Looked up when the command runs, not when it is defined: `sm120 --help` skips it.
+            check_options(func.__name__, numeric_options(func), kwargs)
             return func(*args, **kwargs)
         except SM120Error as exc:
             if os.environ.get("SM120_DEBUG") == "1":

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import DeploymentOpt
 from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def register(root: typer.Typer) -> None:
 @app.command("gsm8k")
 @cli_errors
 def gsm8k(
-    name: str | None = typer.Option(None, "--name", help="Deployment (default: the only one)."),
+    name: DeploymentOpt = None,
     url: str | None = typer.Option(
         None, "--url", help="Any OpenAI-compatible server instead (key: $OPENAI_API_KEY)."
     ),

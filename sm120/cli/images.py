@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import VariantsOpt
 from sm120.gateway.config import GatewayConfig
 
 
@@ -19,11 +20,13 @@ def register(app: typer.Typer) -> None:
     app.command("compose")(compose)
 
 
-def _plan(recipe: str, variant: list[str]):  # type: ignore[no-untyped-def]
-    from sm120.plan.resolve import PlanRequest, resolve
+def _plan(recipe: str, variant: list[str], env_file: Path):  # type: ignore[no-untyped-def]
+    from sm120.plan.request import plan_request
+    from sm120.plan.resolve import resolve
 
-    variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
-    return resolve(PlanRequest(recipe=recipe, variants=variants, environ=dict(os.environ)))
+    # --env-file names the file --write-env edits; it need not exist yet.
+    dotenv = env_file if env_file.is_file() else None
+    return resolve(plan_request(recipe, environ=os.environ, variants=variant, env_file=dotenv))
 
 
 def _build_args(pairs: list[str]) -> dict[str, str]:
@@ -71,7 +74,7 @@ def build(
     from sm120.images.build import BuildOptions, plan_build, require_locks
     from sm120.images.build import build as build_image
 
-    plan = _plan(recipe, variant)
+    plan = _plan(recipe, variant, env_file)
     if check:
         _check(plan, resolve_locks, as_json)
         return
@@ -181,7 +184,7 @@ def compose(
     recipes: list[str] = typer.Argument(
         ..., help="Recipe(s); several (or NAME=RECIPE) write a project with the gateway."
     ),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
+    variant: VariantsOpt = [],  # noqa: B006 - Typer copies it
     output: Path | None = typer.Option(None, "--output", "-o", help="File (default: stdout)."),
     model_dir: str | None = typer.Option(None, "--model-dir", help="Checkpoint folder."),
     port: int | None = typer.Option(None, "--port", help="Port (default: the recipe's)."),
@@ -218,12 +221,14 @@ def compose(
         )
         _compose_project(request, output)
         return
-    from sm120.plan.resolve import PlanRequest, resolve
+    from sm120.plan.request import plan_request
+    from sm120.plan.resolve import resolve
     from sm120.render.compose import render_compose_file
 
-    variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
     plan = resolve(
-        PlanRequest(recipe=recipes[0], variants=variants, model_dir=model_dir, port=port)
+        plan_request(
+            recipes[0], environ=os.environ, variants=variant, model_dir=model_dir, port=port
+        )
     )
     text = render_compose_file(plan, _image_caches(plan))
     if output is None:

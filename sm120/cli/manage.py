@@ -9,6 +9,8 @@ import typer
 
 from sm120.cli import logs_parse
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import DeploymentOpt, NameAsArgumentOpt
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.core.errors import SM120Error
 
 # `sm120 logs` shows the log; `sm120 logs parse FILE` reads events from any log.
@@ -33,7 +35,7 @@ def _one_name(argument: str | None, option: str | None) -> str | None:
 @cli_errors
 def status(
     deployment: str | None = typer.Argument(None, help="Deployment (default: all)."),
-    name: str | None = typer.Option(None, "--name", help="Same as the argument."),
+    name: NameAsArgumentOpt = None,
     as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
 ) -> None:
     """What runs, since when, where, and how healthy it is."""
@@ -99,7 +101,7 @@ def _status_text(row: dict[str, object]) -> str:
 @cli_errors
 def logs(
     ctx: typer.Context,
-    name: str | None = typer.Option(None, "--name", help="Deployment."),
+    name: DeploymentOpt = None,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     lines: int = typer.Option(50, "--lines", "-n", help="How many last lines to show first."),
 ) -> None:
@@ -127,8 +129,8 @@ def logs(
 @cli_errors
 def stop(
     deployment: str | None = typer.Argument(None, help="Deployment (default: the only one)."),
-    name: str | None = typer.Option(None, "--name", help="Same as the argument."),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds before SIGKILL."),
+    name: NameAsArgumentOpt = None,
+    timeout: float = typer.Option(STOP_TIMEOUT_S, "--timeout", help="Seconds before SIGKILL."),
 ) -> None:
     """Stop gracefully (SIGTERM, then SIGKILL after --timeout) and clean the state."""
     from sm120.deploy.stop import stop_deployment

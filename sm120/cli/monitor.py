@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import DeploymentOpt
 from sm120.core.errors import SM120Error
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _files_of(name: str | None) -> tuple[str, MonitorFiles]:
 
 @cli_errors
 def monitor(
-    name: str | None = typer.Option(None, "--name", help="Deployment."),
+    name: DeploymentOpt = None,
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw throughput over time into OUT (.png/.svg/.pdf) and exit."
     ),

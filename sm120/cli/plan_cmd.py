@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import ModelDirOpt, SetsOpt, VariantsOpt
 
 if TYPE_CHECKING:
     from sm120.plan.fit.recommend import Report
@@ -25,18 +27,14 @@ def plan(
     gpu_mem_gib: float | None = typer.Option(
         None, "--gpu-mem-gib", help="Memory per GPU in GiB (default: the recipe's)."
     ),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s), in order."),
-    sets: list[str] = typer.Option(
-        [], "--set", help="KEY=VALUE: an engine flag without dashes or a recipe key."
-    ),
+    variant: VariantsOpt = [],  # noqa: B006 - Typer copies it
+    sets: SetsOpt = [],  # noqa: B006
     kv_memory_gib: float | None = typer.Option(
         None,
         "--kv-memory-gib",
         help="KV memory per GPU as given (e.g. the engine's 'Available KV cache memory').",
     ),
-    model_dir: str | None = typer.Option(
-        None, "--model-dir", help="Checkpoint folder; its config.json wins over the recipe."
-    ),
+    model_dir: ModelDirOpt = None,
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Context to plan for (default: the recipe's)."
     ),
@@ -47,7 +45,8 @@ def plan(
     from sm120.plan.fit.dims import load_dims
     from sm120.plan.fit.memory import build_spec, planned_layout
     from sm120.plan.fit.recommend import build_report, mxfp4_weights_gib, report_document
-    from sm120.plan.resolve import PlanRequest, resolve
+    from sm120.plan.request import plan_request
+    from sm120.plan.resolve import resolve
     from sm120.recipe.loader import load_recipe
 
     if model_dir is not None and not Path(model_dir).expanduser().is_dir():
@@ -56,10 +55,10 @@ def plan(
             "pass the checkpoint folder that holds config.json",
         )
     loaded = load_recipe(recipe)
-    variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
-    launch_plan = resolve(
-        PlanRequest(recipe, variants, sets=tuple(sets), model_dir=model_dir), loaded
+    request = plan_request(
+        recipe, environ=os.environ, variants=variant, sets=sets, model_dir=model_dir
     )
+    launch_plan = resolve(request, loaded)
     dims = load_dims(launch_plan.model.dims, launch_plan.model.weights_gib, launch_plan.model_dir)
     spec = build_spec(launch_plan, dims, gpus, gpu_mem_gib, kv_memory_gib, max_model_len)
     tp, dcp = planned_layout(launch_plan)

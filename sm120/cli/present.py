@@ -53,6 +53,8 @@ def recipe_rows() -> list[dict[str, Any]]:
     for name in recipe_names():
         recipe = load_recipe(name)
         revision = recipe.model.revision
+        # Each recipe as written, not through plan.request: a .env or SM120_* setting is
+        # meant for one recipe (VARIANT names its variants), and this table lists them all.
         performance = performance_document(resolve(PlanRequest(recipe=name), recipe))
         published = performance["published"]
         rows.append(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import typer
 
 from sm120.cli.errors import cli_errors
+from sm120.cli.options import VariantsOpt
 
 app = typer.Typer(help="List recipes, or show one resolved.", no_args_is_help=False)
 
@@ -33,15 +35,15 @@ def list_recipes(
 @cli_errors
 def show(
     name: str = typer.Argument(..., help="Recipe name, e.g. glm52."),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Variant(s) to apply."),
+    variant: VariantsOpt = [],  # noqa: B006 - Typer copies it
     as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
 ) -> None:
     """The resolved plan of a recipe with the why of every setting."""
     from sm120.cli.present import show_plan
     from sm120.deploy.checked import checked_plan, plan_document
-    from sm120.plan.resolve import PlanRequest
+    from sm120.plan.request import plan_request
 
-    checked = checked_plan(PlanRequest(recipe=name, variants=_split(variant)))
+    checked = checked_plan(plan_request(name, environ=os.environ, variants=variant))
     if as_json:
         typer.echo(json.dumps(plan_document(checked), indent=2))
     else:
@@ -68,7 +70,3 @@ def updates(
     else:
         for line in update_lines(found):
             typer.echo(line)
-
-
-def _split(values: list[str]) -> tuple[str, ...]:
-    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())

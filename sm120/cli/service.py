@@ -52,30 +52,34 @@ def _single(function: Any) -> typer.Typer:
 
 
 def _service_request(recipe: str, args: list[str], system: bool) -> ServiceRequest:
+    import os
     import sys
 
-    from sm120.cli.launch import _check_runtime, _request
+    from sm120.core.defaults import DEFAULT_ENV_FILE
     from sm120.core.paths import sm120_home
     from sm120.deploy.service import ServiceRequest
+    from sm120.deploy.session import check_runtime
     from sm120.engine.state import check_deployment_name
+    from sm120.plan.request import plan_request
     from sm120.plan.resolve import resolve
 
     params = _launch_params(recipe, args)
-    _check_runtime(params["runtime"], params["network"])
+    check_runtime(params["runtime"], params["network"])
     deployment = check_deployment_name(params["name"] or recipe)
-    request = _request(
+    request = plan_request(
         recipe,
-        params["variant"],
-        params["sets"],
-        params["model_dir"],
-        params["port"],
-        params["host"],
-        params["force"],
-        params["env_file"],
-        params["no_think"],
+        environ=os.environ,
+        variants=params["variant"],
+        sets=params["sets"],
+        model_dir=params["model_dir"],
+        port=params["port"],
+        host=params["host"],
+        no_think=params["no_think"],
+        force=params["force"],
+        env_file=params["env_file"],
     )
     plan = resolve(request)
-    env_file = params["env_file"] or (Path(".env") if Path(".env").is_file() else None)
+    env_file = params["env_file"] or (DEFAULT_ENV_FILE if DEFAULT_ENV_FILE.is_file() else None)
     return ServiceRequest(
         deployment=deployment,
         recipe=plan.recipe,

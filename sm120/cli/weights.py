@@ -119,15 +119,10 @@ class DownloadProgress:
 
 
 def _plan(name: str, variant: list[str], model_dir: str | None) -> LaunchPlan:
-    from sm120.core.dotenv import read_dotenv
-    from sm120.plan.resolve import PlanRequest, resolve
+    from sm120.plan.request import plan_request
+    from sm120.plan.resolve import resolve
 
-    dotenv = read_dotenv(Path(".env")) if Path(".env").is_file() else {}
-    variants = tuple(v.strip() for item in variant for v in item.split(",") if v.strip())
-    request = PlanRequest(
-        recipe=name, variants=variants, model_dir=model_dir, dotenv=dotenv, environ=os.environ
-    )
-    return resolve(request)
+    return resolve(plan_request(name, environ=os.environ, variants=variant, model_dir=model_dir))
 
 
 def _target(plan: LaunchPlan, folder: str | None) -> tuple[str, Path]:

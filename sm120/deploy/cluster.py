@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sm120.core.net import exposure_warning
+from sm120.core.net import exposure_warning, is_every_interface, is_loopback, reachable_host
 from sm120.deploy.checked import CheckedPlan, plan_document
 
 # ClusterRequest is what callers of launch_cluster build: re-exported from here.
@@ -62,8 +62,6 @@ from sm120.plan.resolve import LaunchPlan
 from sm120.render.compose import CONTAINER_MODEL_DIR
 from sm120.render.multinode import NodeAddress, NodeLaunch, NodeProcess, render_nodes
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-ANY_ADDRESS = ("0.0.0.0", "::", "")
 RAY_WAIT_S = 300.0
 RAY_POLL_S = 3.0
 # Counts the live nodes of the Ray cluster at argv[1] (run with the engine's Python).
@@ -262,17 +260,17 @@ def _node_python(plan: LaunchPlan, options: LaunchOptions, runtime: str, progres
 
 
 def reachable_api_host(bind: str, head: NodeAddress) -> str:
-    """Where this machine reaches the head's API server."""
-    if bind in ANY_ADDRESS:
+    """Where this machine reaches the head's API server: as for one host (core.net), except
+    that every interface of the head is reached at the head's address, and its loopback only
+    when the head is this machine."""
+    if is_every_interface(bind):
         return head.address
-    if bind in LOOPBACK:
-        if not _is_local(head.address):
-            raise LaunchError(
-                f"the API would listen on {bind} of {head.host}, which this machine cannot reach",
-                f"--host {head.address} (or run sm120 on the head)",
-            )
-        return "127.0.0.1"
-    return bind
+    if is_loopback(bind) and not _is_local(head.address):
+        raise LaunchError(
+            f"the API would listen on {bind} of {head.host}, which this machine cannot reach",
+            f"--host {head.address} (or run sm120 on the head)",
+        )
+    return reachable_host(bind)
 
 
 def _is_local(address: str) -> bool:

@@ -17,7 +17,8 @@ from sm120.core.net import client_url, exposure_warning, http_url
 from sm120.core.ports import ensure_port_free
 from sm120.deploy.checked import CheckedPlan, plan_document
 from sm120.deploy.containers import docker_spec
-from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for, stop_for
+from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for
+from sm120.deploy.stop import stop_sequence
 from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
@@ -27,13 +28,7 @@ from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
 from sm120.engine.secrets import ensure_api_key, read_api_key
-from sm120.engine.state import (
-    DeploymentState,
-    clear_state,
-    deployment_dir,
-    deployment_lock,
-    load_state,
-)
+from sm120.engine.state import DeploymentState, deployment_dir, deployment_lock, load_state
 from sm120.engine.tiny_model import ensure_tiny_model
 from sm120.logs.phases import PhaseUpdate
 from sm120.measure.target import save_plan
@@ -87,6 +82,8 @@ class PreflightPassed:
 
 
 PREFLIGHT_STANDS_S = 30.0
+# A launch that failed stops its engine without the usual grace: nothing was served yet.
+ABANDON_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -119,19 +116,14 @@ def running_deployment(name: str, replace: bool) -> DeploymentState | None:
 
 
 def refuse_or_replace(options: LaunchOptions, progress: Progress) -> None:
+    """A running deployment of this name is refused, or with --replace stopped; what is left
+    of an ended one is cleared. The caller holds the deployment's lock."""
     existing = load_state(options.name)
     if existing is None:
         return
-
-    running = running_deployment(options.name, options.replace) is not None
-    # The monitor goes first, or its watchdog could restart what is being replaced; it may
-    # have restarted the server just now, so read the state again.
-    stop_for(options.name)
-    if running:
+    if running_deployment(options.name, options.replace) is not None:
         progress(f"stopping the running '{options.name}' (--replace)")
-    current = load_state(options.name) or existing
-    runtime_for(current).stop(current)
-    clear_state(options.name)
+    stop_sequence(existing, lock_held=True)
 
 
 def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) -> str:
@@ -280,8 +272,7 @@ def _launch_locked(
     try:
         ready = wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
-        runtime.stop(state, timeout=10.0)
-        clear_state(options.name)
+        stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
         raise
     if options.monitor:
         prepare_monitor(plan, spec, state.runtime)

@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.core.errors import SM120Error
 from sm120.deploy.foreground import EXIT_GAVE_UP
-from sm120.deploy.stop import STOP_TIMEOUT_S
 from sm120.engine.state import check_deployment_name
 
 MARKER = "# Written by sm120 (sm120 service install); 'sm120 service uninstall' removes it."

@@ -1,21 +1,23 @@
-"""`sm120 stop`: end what a deployment started, under its lock, and forget it.
+"""Ending a deployment: the one stop sequence, and `sm120 stop` on top of it.
 
-Only processes the state still provably names are signalled (see sm120.engine.runtime.processes);
-a state file that outlived its processes is cleaned up, and the user is told so.
+Every path that ends a deployment - `sm120 stop`, --replace, a failed launch, a failed
+--gate, --foreground ending - goes through `stop_sequence`: the monitor first (its watchdog
+must not restart what is being stopped), then the runtime, then the state. Only processes
+the state still provably names are signalled (see sm120.engine.runtime.processes); a state
+file that outlived its processes is cleaned up, and the user is told so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.deploy.monitoring import stop_for
 from sm120.engine.find import find_deployment, runtime_for
-from sm120.engine.runtime.base import ExitInfo
-from sm120.engine.state import DeploymentState, clear_state, deployment_lock
-
-# SIGTERM to the engine, then SIGKILL after this long (`sm120 stop --timeout`, --foreground).
-STOP_TIMEOUT_S = 30.0
+from sm120.engine.runtime.base import ExitInfo, Runtime
+from sm120.engine.state import DeploymentState, clear_state, deployment_lock, load_state
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,31 @@ class Stopped:
         return f"{verb} {name}: the engine {how} after {took}; port {self.state.port} is free"
 
 
-def stop_deployment(name: str | None, timeout: float = STOP_TIMEOUT_S) -> Stopped:
+def stop_sequence(
+    state: DeploymentState,
+    *,
+    runtime: Runtime | None = None,
+    timeout: float = STOP_TIMEOUT_S,
+    lock_held: bool = False,
+) -> Stopped:
+    """Monitor, then runtime, then state. `runtime` is the one that started the engine when
+    the caller has it (else the state names it); `lock_held` when the caller already holds
+    the deployment's lock (a launch replacing or cleaning up its own)."""
     started = time.monotonic()
-    found = find_deployment(name)
-    # The monitor first: its watchdog must not restart what is being stopped (its restart
-    # holds the lock until done). It may have just restarted the server, so the state is
-    # read again under the lock.
-    stop_for(found.name)
-    with deployment_lock(found.name, "stop"):
-        state = find_deployment(found.name)
-        runtime = runtime_for(state)
-        status = runtime.status(state)
-        info = runtime.stop(state, timeout=timeout)
-        clear_state(state.name)
-    return Stopped(state, status.running, status.stale, info, time.monotonic() - started)
+    # Outside the lock: a monitor in the middle of a restart holds it until the server is
+    # up again, and only then exits.
+    stop_for(state.name)
+    lock = contextlib.nullcontext() if lock_held else deployment_lock(state.name, "stop")
+    with lock:
+        # Read again: the monitor may have just restarted the server under a new process.
+        current = load_state(state.name) or state
+        engine = runtime or runtime_for(current)
+        status = engine.status(current)
+        info = engine.stop(current, timeout=timeout)
+        clear_state(current.name)
+    return Stopped(current, status.running, status.stale, info, time.monotonic() - started)
+
+
+def stop_deployment(name: str | None, timeout: float = STOP_TIMEOUT_S) -> Stopped:
+    """`sm120 stop [NAME]`: the named deployment, or the only one there is."""
+    return stop_sequence(find_deployment(name), timeout=timeout)

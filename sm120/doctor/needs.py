@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sm120.core.defaults import DEFAULT_HOST, DEFAULT_PORT
+from sm120.plan.fit.memory import DEFAULT_GPU_MEMORY_UTILIZATION
+
 if TYPE_CHECKING:
     from sm120.plan.resolve import LaunchPlan
 
 SM12X = ("sm_120", "sm_121")
-# vLLM's default when the plan does not set --gpu-memory-utilization.
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,8 @@ class Needs:
     model_dir: str | None = None
     weights_gb: float | None = None
     shm_bytes: int | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     engine: str | None = None
     # Without a recipe: which recipes (and variants) are validated on each compute capability,
     # so a GPU that is not SM12x is told what would run on it.
@@ -57,7 +58,7 @@ def needs_from_plan(plan: LaunchPlan) -> Needs:
     pp = plan.arg("pipeline-parallel-size", 1)
     utilization = plan.arg("gpu-memory-utilization")
     if utilization is None and plan.engine == "vllm" and plan.hardware.gpus:
-        utilization = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+        utilization = DEFAULT_GPU_MEMORY_UTILIZATION
     if utilization is None:
         utilization = plan.arg("mem-fraction-static")  # SGLang's name for it
     used = (tp if isinstance(tp, int) else 1) * (pp if isinstance(pp, int) else 1)

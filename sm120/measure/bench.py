@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sm120.core.defaults import BENCH_SETTLE_S
 from sm120.core.errors import SM120Error
 from sm120.measure import metrics
 from sm120.measure.load import LoadResult, Prompt, TokenPool, run_load, text_prompts
@@ -44,12 +45,6 @@ DECODE_PROMPT_TOKENS = 64
 PREFILL_OUTPUT_TOKENS = 8
 SWEEP_PROMPT_TOKENS = 512
 SWEEP_OUTPUT_TOKENS = 128
-# A phase that follows another at once inherits its leftovers: on the CPU build the worker
-# thread keeps spinning on a full core for about a second after the last decode step, and
-# a 256-token TTFT measured in that window read ~23 ms instead of ~13 ms in 4 of 8 runs
-# (1 of 8 after a 3 s pause). `vllm bench serve` pauses seconds between runs on its own
-# (tokenizer, dataset), so without this the two tools would not measure the same server.
-SETTLE_S = 2.0
 
 Mode = Literal["quick", "default", "sweep"]
 Tool = Literal["auto", "vllm", "ours"]
@@ -70,7 +65,12 @@ class BenchOptions:
     requests: int | None = None
     """Measured requests per prompt length / per decode run (sweeps scale with the level)."""
     vllm_python: str | None = None
-    settle_s: float = SETTLE_S
+    # A phase that follows another at once inherits its leftovers: on the CPU build the worker
+    # thread keeps spinning on a full core for about a second after the last decode step, and
+    # a 256-token TTFT measured in that window read ~23 ms instead of ~13 ms in 4 of 8 runs
+    # (1 of 8 after a 3 s pause). `vllm bench serve` pauses seconds between runs on its own
+    # (tokenizer, dataset), so without this the two tools would not measure the same server.
+    settle_s: float = BENCH_SETTLE_S
     """Pause before each measured phase, whichever tool runs it."""
 
 

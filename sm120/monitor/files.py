@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.state import private_dir
 from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S
@@ -111,7 +112,7 @@ class MonitorSettings:
     restart_window_s: float = DEFAULT_RESTART_WINDOW_S
     restart_backoff_s: float = DEFAULT_RESTART_BACKOFF_S
     # How long a restart waits for the old server to stop, then for the new one to answer.
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: float = STOP_TIMEOUT_S
     ready_timeout_s: float = 600.0
     history_cap: int = 10_000
     # A dead server that nothing brings back (no restart policy) ends the monitor after this.

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sm120.core.defaults import DEFAULT_HOST, DEFAULT_PORT
 from sm120.core.errors import PlanError
 from sm120.core.net import check_host
 from sm120.core.paths import sm120_home
@@ -44,7 +45,6 @@ from sm120.recipe.schema import (
     Variant,
 )
 
-DEFAULT_HOST = "127.0.0.1"
 THINKING_OFF_VARIANT = "no-think"
 
 
@@ -162,7 +162,7 @@ class _Work:
     multinode: dict[str, Any] | None = None
     model_dir: str | None = None
     host: str = DEFAULT_HOST
-    port: int = 8000
+    port: int = DEFAULT_PORT
     provenance: dict[str, str] = field(default_factory=dict)
 
     def set_arg(self, name: str, value: Any, layer: str) -> None:

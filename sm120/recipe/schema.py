@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sm120.core.defaults import DEFAULT_PORT
 from sm120.recipe.restart import (
     DEFAULT_RESTART,
     DEFAULT_RESTART_BACKOFF_S,
@@ -532,7 +533,7 @@ class Recipe(Strict):
     monitor: MonitorSpec = Field(
         default_factory=MonitorSpec, description="The monitor and its watchdog."
     )
-    default_port: int = Field(8000, ge=1, le=65535, description="Port when none is given.")
+    default_port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="Port when none is given.")
     multinode: MultiNode | None = Field(
         None,
         description="Multi-node layout of the default; usually set by a variant instead, so the "

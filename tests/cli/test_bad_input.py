@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.models import ArgumentInfo, OptionInfo
 from typer.testing import CliRunner
 
 from sm120.cli.app import app
-from sm120.cli.bounds import BOUNDS, Bound, bound_for, numeric_options
+from sm120.cli.bounds import BOUNDS, Bound, bound_for, declared_options, numeric_options
 from sm120.engine.state import DeploymentState, save_state
 from tests.fakes.loopback_server import LoopbackServer
 from tests.helpers import REPO, invoke, one_line_error
@@ -84,10 +83,9 @@ def test_every_numeric_option_has_a_range(
 
 
 def _is_float(callback: Callable[..., Any], flag: str) -> bool:
-    for param in inspect.signature(inspect.unwrap(callback)).parameters.values():
-        info = param.default
-        if isinstance(info, OptionInfo | ArgumentInfo) and flag in (info.param_decls or ()):
-            return "float" in str(param.annotation)
+    for _name, decls, kind in declared_options(inspect.unwrap(callback)):
+        if flag in decls:
+            return "float" in str(kind)
     raise AssertionError(f"{flag} not found")
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from sm120.cli.serving import GateRequest, run_launch_gate
+from sm120.deploy.gate import GateRequest, run_launch_gate
+from sm120.engine.runtime.base import RuntimeStatus
 from sm120.engine.state import DeploymentState, load_state, save_state
 from sm120.measure.target import save_plan
 from tests.fakes.scripted_server import Answer, ScriptedServer
@@ -50,6 +51,9 @@ def test_a_valid_gate_leaves_the_dry_run_alone(cli: CliRunner) -> None:
 class RecordingRuntime:
     def __init__(self) -> None:
         self.stopped: list[str] = []
+
+    def status(self, state: DeploymentState) -> RuntimeStatus:
+        return RuntimeStatus(running=True, exit=None, pid=None)
 
     def stop(self, state: DeploymentState, timeout: float = 30.0) -> None:
         self.stopped.append(state.name)
@@ -148,3 +152,22 @@ def test_gate_that_cannot_reach_the_server(
     assert run_launch_gate(launched, runtime, GateRequest(("core",))) == 1  # type: ignore[arg-type]
     assert runtime.stopped == ["tiny"]
     assert "Error: the core gate could not run: server not reachable at" in capsys.readouterr().err
+
+
+def test_failing_gate_stops_the_monitor_before_the_server(
+    ready: tuple[SimpleNamespace, ScriptedServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop sequence of `sm120 stop`: a monitor still watching would restart the server
+    the gate just stopped."""
+    launched, _server = ready
+    steps: list[str] = []
+    monkeypatch.setattr("sm120.deploy.stop.stop_for", lambda name: steps.append(f"monitor {name}"))
+
+    class OrderedRuntime(RecordingRuntime):
+        def stop(self, state: DeploymentState, timeout: float = 30.0) -> None:
+            steps.append(f"runtime {state.name} (state kept: {load_state(state.name) is not None})")
+
+    code = run_launch_gate(launched, OrderedRuntime(), GateRequest(("core",), max_tokens=8))  # type: ignore[arg-type]
+    assert code == 1
+    assert steps == ["monitor tiny", "runtime tiny (state kept: True)"]
+    assert load_state("tiny") is None

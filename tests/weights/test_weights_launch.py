@@ -51,7 +51,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[CheckedPlan]:
         plans.append(checked)
         return 0
 
-    monkeypatch.setattr("sm120.cli.serving.serve", serve)
+    monkeypatch.setattr("sm120.deploy.session.serve", serve)
     return plans
 
 

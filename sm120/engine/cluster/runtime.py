@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.engine.cluster.aggregate import record_exit
 from sm120.engine.cluster.node import NodeError
 from sm120.engine.cluster.nodes import node_from
@@ -68,7 +69,7 @@ class ClusterRuntime(ExitFileAndLog):
         _aggregators[process.pid] = process
         return process.pid
 
-    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+    def stop(self, state: DeploymentState, timeout: float = STOP_TIMEOUT_S) -> ExitInfo | None:
         record = load_record(state.name)
         errors: list[NodeError] = []
         if record is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.engine.state import DeploymentState, StateError
 
 
@@ -107,7 +108,7 @@ class Runtime(Protocol):
         """Start the engine in the background, save and return its state."""
         ...
 
-    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+    def stop(self, state: DeploymentState, timeout: float = STOP_TIMEOUT_S) -> ExitInfo | None:
         """SIGTERM everything the deployment started, SIGKILL what is left after timeout."""
         ...
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.core.errors import SM120Error
 from sm120.engine import docker_api
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
@@ -99,7 +100,7 @@ class DockerRuntime(ExitFileAndLog):
         matches = self.containers_of(state.name)
         return matches[0] if matches else None
 
-    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+    def stop(self, state: DeploymentState, timeout: float = STOP_TIMEOUT_S) -> ExitInfo | None:
         """Stop and remove every container of the deployment; record how the engine ended."""
         info = self.exit_info(state)
         for container in self.containers_of(state.name) or _as_list(self._container(state)):

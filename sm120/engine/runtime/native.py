@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.core.errors import SM120Error
 from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
@@ -118,7 +119,7 @@ class NativeRuntime(ExitFileAndLog):
                 hint=f"stop it first: sm120 stop {name}",
             )
 
-    def stop(self, state: DeploymentState, timeout: float = 30.0) -> ExitInfo | None:
+    def stop(self, state: DeploymentState, timeout: float = STOP_TIMEOUT_S) -> ExitInfo | None:
         group = owned_group(state)
         if live_members(group):
             # The supervisor is spared so it can record how the engine ended.
