@@ -14,10 +14,9 @@ from sm120.server.client import (
     BadServerResponse,
     ServerClient,
     ServerUnreachable,
-    TransportWording,
     smoke_test,
-    translate_transport_errors,
 )
+from sm120.server.transport import TransportWording, translate_transport_errors
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 SECRET = "sk-test-3f9a1c-do-not-leak"
