@@ -123,8 +123,8 @@ def test_non_streaming_splits_reasoning_and_content(
     assert result.ttft_s is None
     assert result.decode_tps is None
     assert result.total_s > 0
-    assert server.requests[0]["max_tokens"] == 50
-    assert "chat_template_kwargs" not in server.requests[0]
+    assert server.chat_requests[0]["max_tokens"] == 50
+    assert "chat_template_kwargs" not in server.chat_requests[0]
 
 
 def test_non_streaming_reads_reasoning_content_field(
@@ -165,7 +165,7 @@ def test_streaming_reports_deltas_in_order(
 
 def test_streaming_asks_for_usage(server: FakeOpenAIServer, client: ServerClient) -> None:
     client.chat([{"role": "user", "content": "hi"}], MODEL, stream=True)
-    body = server.requests[0]
+    body = server.chat_requests[0]
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
 
@@ -200,7 +200,7 @@ def test_thinking_toggle_sends_both_template_kwargs(
     server: FakeOpenAIServer, client: ServerClient, thinking: bool
 ) -> None:
     client.chat([{"role": "user", "content": "hi"}], MODEL, thinking=thinking)
-    assert server.requests[0]["chat_template_kwargs"] == {
+    assert server.chat_requests[0]["chat_template_kwargs"] == {
         "enable_thinking": thinking,
         "thinking": thinking,
     }
@@ -255,7 +255,7 @@ def test_smoke_test_passes_on_content(server: FakeOpenAIServer, client: ServerCl
     assert result.content == "READY"
     assert result.failure_id is None
     assert result.message == "answered: READY"
-    sent = server.requests[0]
+    sent = server.chat_requests[0]
     assert sent["messages"] == [{"role": "user", "content": "Reply with exactly: READY"}]
     assert sent["max_tokens"] == 64
     assert sent["temperature"] == 0.0
