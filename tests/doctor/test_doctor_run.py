@@ -22,8 +22,7 @@ from sm120.doctor.run import Machine
 from sm120.doctor.runner import RunResult, run_command
 from sm120.engine.gpu_readings import load_nvml
 from sm120.plan.resolve import PlanRequest, resolve
-from tests.helpers import DATA_DIR
-from tests.integration.realstack import free_port
+from tests.helpers import DATA_DIR, free_port
 
 CORPUS = DATA_DIR / "nvidia_smi"
 DOCKER = DATA_DIR / "docker"

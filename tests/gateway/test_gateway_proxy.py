@@ -14,7 +14,7 @@ from sm120.gateway.proxy import RouteCache
 from sm120.gateway.swap import Swapper, SwapPolicy
 from tests.fakes.gateway import FakeActions, backend, exchange, running_gateway
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.integration.realstack import free_port
+from tests.helpers import free_port
 
 CHAT_PATH = "/v1/chat/completions"
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

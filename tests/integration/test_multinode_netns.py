@@ -29,6 +29,7 @@ import pytest
 
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.process import running_monitor
+from tests.helpers import free_port
 from tests.integration.netns import (
     TwoHosts,
     missing_tools,
@@ -36,7 +37,6 @@ from tests.integration.netns import (
     two_hosts,
     wait_links_gone,
 )
-from tests.integration.realstack import free_port
 
 pytestmark = [
     pytest.mark.integration,

@@ -16,14 +16,8 @@ import pytest
 
 from sm120.engine.runtime.processes import group_members
 from sm120.logs.fatal import watch_lines
-from tests.integration.realstack import (
-    engine_processes,
-    free_port,
-    port_is_free,
-    sm120,
-    start_sm120,
-    state_of,
-)
+from tests.helpers import free_port, port_is_free
+from tests.integration.realstack import engine_processes, sm120, start_sm120, state_of
 
 pytestmark = pytest.mark.integration
 

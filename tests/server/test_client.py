@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -18,6 +17,7 @@ from sm120.server.client import (
 )
 from sm120.server.transport import TransportWording, translate_transport_errors
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.helpers import free_port
 
 SECRET = "sk-test-3f9a1c-do-not-leak"
 MODEL = "fake-model"
@@ -33,13 +33,6 @@ def server() -> Iterator[FakeOpenAIServer]:
 def client(server: FakeOpenAIServer) -> Iterator[ServerClient]:
     with ServerClient(server.url) as http:
         yield http
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_health_and_models(client: ServerClient) -> None:
@@ -59,7 +52,7 @@ def test_health_reports_unhealthy_status() -> None:
 
 
 def test_refused_connection_gives_no_health_and_a_clear_error() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with ServerClient(url, timeout=2.0) as http:
         assert http.health() is None
         with pytest.raises(ServerUnreachable) as caught:

@@ -321,7 +321,7 @@ def test_pinned_revision_missing_on_the_hub(cli: CliRunner, hub: FakeHub, tmp_pa
 
 
 def test_unreachable_hub(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.integration.realstack import free_port
+    from tests.helpers import free_port
 
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     # huggingface_hub retries five times with backoff (23 s): keep its retries, skip the waits.
