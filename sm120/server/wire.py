@@ -285,12 +285,23 @@ class Wire(Connection):
                 return
 
 
-class _ChatChunks:
-    """Folds OpenAI chat.completion.chunk objects into an Exchange."""
+class _Fold:
+    """Folds the events of one stream into an Exchange, tool calls by their stream index."""
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self._calls: dict[int, ToolCall] = {}
+
+    def _call_at(self, index: int) -> ToolCall:
+        """The tool call streamed at `index`, added to the exchange on first sight."""
+        if index not in self._calls:
+            self._calls[index] = ToolCall()
+            self.exchange.tool_calls.append(self._calls[index])
+        return self._calls[index]
+
+
+class _ChatChunks(_Fold):
+    """Folds OpenAI chat.completion.chunk objects into an Exchange."""
 
     def feed(self, chunk: Mapping[str, Any], now: float) -> None:
         ex = self.exchange
@@ -316,22 +327,14 @@ class _ChatChunks:
                 ex.finish_reason = str(choice["finish_reason"])
 
     def _take_call(self, call: Mapping[str, Any]) -> None:
-        index = int(call.get("index", len(self._calls)))
-        if index not in self._calls:
-            self._calls[index] = ToolCall()
-            self.exchange.tool_calls.append(self._calls[index])
+        target = self._call_at(int(call.get("index", len(self._calls))))
         function = call.get("function") or {}
-        target = self._calls[index]
         target.name += str(function.get("name") or "")
         target.arguments += str(function.get("arguments") or "")
 
 
-class _MessageEvents:
+class _MessageEvents(_Fold):
     """Folds Anthropic message stream events into an Exchange."""
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
-        self._blocks: dict[int, ToolCall] = {}
 
     def feed(self, event: Mapping[str, Any], now: float) -> None:
         ex = self.exchange
@@ -342,9 +345,7 @@ class _MessageEvents:
         elif kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
-                call = ToolCall(name=str(block.get("name") or ""))
-                self._blocks[int(event.get("index", 0))] = call
-                ex.tool_calls.append(call)
+                self._call_at(int(event.get("index", 0))).name += str(block.get("name") or "")
                 ex.saw_output(now)
         elif kind == "content_block_delta":
             self._take_delta(int(event.get("index", 0)), event.get("delta") or {}, now)
@@ -366,7 +367,7 @@ class _MessageEvents:
             ex.reasoning += str(delta["thinking"])
             ex.saw_output(now)
         elif kind == "input_json_delta":
-            call = self._blocks.get(index)
+            call = self._calls.get(index)
             if call is not None:
                 call.arguments += str(delta.get("partial_json") or "")
                 ex.saw_output(now)
