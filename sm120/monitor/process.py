@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from sm120.core.pidlock import PidLock, end_holder, lock_holder
+from sm120.engine.background import start_detached
 from sm120.monitor.files import MonitorFiles, load_settings
 from sm120.monitor.service import MonitorService
 from sm120.monitor.target import DeploymentTarget, UrlTarget
@@ -36,17 +36,9 @@ def running_monitor(files: MonitorFiles) -> int | None:
 def start_monitor(name: str, files: MonitorFiles) -> int:
     """Start `python -m sm120.monitor --name NAME` in its own session; returns its pid."""
     files.make_dirs()
-    log_fd = os.open(files.monitor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", MONITOR_MODULE, "--name", name],
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
+    process = start_detached(
+        [sys.executable, "-m", MONITOR_MODULE, "--name", name], files.monitor_log
+    )
     # Wait until it holds its lock, so a `stop` right after a launch finds it.
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and process.poll() is None:
