@@ -86,24 +86,16 @@ class NativeRuntime(ExitFileAndLog):
         started_at = time.time()
         supervisor = _spawn_supervisor(spec, log_path, exit_file)
         engine_pid = _wait_for_engine_pid(supervisor)
-        state = DeploymentState(
-            name=spec.name,
-            recipe=spec.recipe,
-            runtime=RUNTIME_NAME,
-            supervisor_pid=supervisor.pid,
+        state = spec.started(
+            RUNTIME_NAME,
+            started_at,
+            log_path,
+            exit_file,
+            supervisor.pid,
             # Our unreaped child: its /proc entry stays even if it has exited already.
-            supervisor_start=start_ticks(supervisor.pid),
+            start_ticks(supervisor.pid),
             engine_pid=engine_pid,
             engine_start=start_ticks(engine_pid) if engine_pid else None,
-            host=spec.host,
-            port=spec.port,
-            plan_hash=spec.plan_hash,
-            started_at=started_at,
-            log_path=str(log_path),
-            exit_file=str(exit_file),
-            served_model_name=spec.served_model_name,
-            model_dir=spec.model_dir,
-            api_key_file=spec.api_key_file,
         )
         save_state(state)
         return state
