@@ -204,13 +204,8 @@ class Wire(Connection):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if tools:
-            body["tools"] = list(tools)
         generation_options(body, max_tokens, temperature, thinking)
-        exchange = Exchange(api="chat", started=time.perf_counter())
-        chunks = _ChatChunks(exchange)
-        self._stream(CHAT_PATH, body, exchange, chunks.feed)
-        return exchange
+        return self._generate("chat", CHAT_PATH, body, tools, _ChatChunks)
 
     def messages(
         self,
@@ -232,12 +227,21 @@ class Wire(Connection):
         }
         if system:
             body["system"] = system
+        generation_options(body, None, temperature, thinking)
+        return self._generate("messages", MESSAGES_PATH, body, tools, _MessageEvents)
+
+    def _generate(
+        self,
+        api: str,
+        path: str,
+        body: dict[str, Any],
+        tools: Sequence[Mapping[str, Any]] | None,
+        fold: type[_Fold],
+    ) -> Exchange:
         if tools:
             body["tools"] = list(tools)
-        generation_options(body, None, temperature, thinking)
-        exchange = Exchange(api="messages", started=time.perf_counter())
-        events = _MessageEvents(exchange)
-        self._stream(MESSAGES_PATH, body, exchange, events.feed)
+        exchange = Exchange(api=api, started=time.perf_counter())
+        self._stream(path, body, exchange, fold(exchange).feed)
         return exchange
 
     def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
@@ -298,6 +302,10 @@ class _Fold:
             self._calls[index] = ToolCall()
             self.exchange.tool_calls.append(self._calls[index])
         return self._calls[index]
+
+    def feed(self, event: Mapping[str, Any], now: float) -> None:
+        """Take one decoded event of the stream, which arrived at `now`."""
+        raise NotImplementedError
 
 
 class _ChatChunks(_Fold):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
+from sm120.engine.background import start_detached
 from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.engine.runtime.processes import (
@@ -185,18 +186,7 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
     # The supervisor writes the engine's output to log_path itself (rotated); its own
     # stdout/stderr only matter if it crashes, and that goes beside the log.
     own_log = log_path.with_name(SUPERVISOR_LOG)
-    log_fd = os.open(own_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        supervisor = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            env={**_inherited_env(), **spec.env},
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
+    supervisor = start_detached(argv, own_log, env={**_inherited_env(), **spec.env})
     _started[supervisor.pid] = supervisor
     return supervisor
 
