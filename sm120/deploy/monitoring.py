@@ -11,7 +11,7 @@ from sm120.engine.state import deployment_dir
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
 from sm120.monitor.process import start_monitor, stop_monitor
 from sm120.plan.resolve import LaunchPlan
-from sm120.recipe.restart import parse_restart_policy
+from sm120.recipe.restart_policy import parse_restart_policy
 
 
 class SupervisionError(SM120Error):

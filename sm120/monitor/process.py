@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from sm120.core.pidlock import PidLock, end_holder, lock_holder
 from sm120.engine.background import start_detached
 from sm120.monitor.files import MonitorFiles, load_settings
-from sm120.monitor.service import MonitorService
-from sm120.monitor.target import DeploymentTarget, UrlTarget
+from sm120.monitor.poll_loop import MonitorService
+from sm120.monitor.watched import DeploymentTarget, UrlTarget
 
 if TYPE_CHECKING:
-    from sm120.monitor.target import Target
+    from sm120.monitor.watched import Target
 
 MONITOR_MODULE = "sm120.monitor"
 STOP_TIMEOUT_S = 60.0

@@ -4,7 +4,7 @@ Commands that use the API receive a `ServerClient`, so tests can point it at a s
 server. It and the benchmarks' streaming `sm120.server.wire.Wire` are two faces of one HTTP
 core, `sm120.server.transport`. Other HTTP in sm120 stays outside this package on purpose: the
 monitor scrapes /metrics and probes /health with its own short-lived httpx clients (through
-`bounded_request`; sm120.monitor.service, .metrics, .target), `status` and the gateway probe
+`bounded_request`; sm120.monitor.poll_loop, .metrics, .watched), `status` and the gateway probe
 /health (sm120.deploy.status, sm120.gateway.control), `build --refresh-pins` / `recipes
 updates` ask registries and PyPI, not a model server (sm120.images.pins, .updates), and the
 load generator and the gateway's proxy use aiohttp, whose streaming adds less to every TTFT

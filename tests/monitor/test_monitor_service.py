@@ -15,9 +15,9 @@ import pytest
 from sm120.engine.gpu_readings import GpuReading, NoGpus, ScriptedSource
 from sm120.engine.runtime.base import ExitInfo
 from sm120.monitor.files import MonitorFiles, MonitorSettings
-from sm120.monitor.service import MonitorService
+from sm120.monitor.poll_loop import MonitorService
 from sm120.monitor.summary import monitor_summary, summary_lines
-from sm120.monitor.target import ServerState
+from sm120.monitor.watched import ServerState
 
 
 class ScriptedServer:

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.weights.download import git_blob_id
-from sm120.weights.files import needed_files
-from sm120.weights.manifest import download_lock, partial_dir, read_manifest
+from sm120.weights.download_record import download_lock, partial_dir, read_manifest
+from sm120.weights.selection import needed_files
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import UNWANTED, checkpoint, write_files
 from tests.fakes.hub import FakeHub, Seen
