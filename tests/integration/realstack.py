@@ -11,6 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sm120.engine.runtime.processes import group_members
+from tests.helpers import port_is_free
+
 
 def cli_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_")}
@@ -70,3 +73,14 @@ def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(every)
+
+
+def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and engine_processes(port):
+        time.sleep(0.5)
+    assert engine_processes(port) == []
+    if pgid is not None:
+        assert group_members(pgid) == []
+    assert port_is_free(port)
+    assert state_of(home) is None

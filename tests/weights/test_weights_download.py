@@ -24,15 +24,11 @@ from sm120.weights.download_record import download_lock, partial_dir, read_manif
 from sm120.weights.selection import needed_files
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import UNWANTED, checkpoint, write_files
-from tests.fakes.hub import FakeHub, Seen
+from tests.fakes.hub import GLM47, GLM47_COMMIT, GLM52, TOKEN, FakeHub, Seen
 from tests.helpers import REPO, invoke
 
-GLM47 = "Salyut1/GLM-4.7-NVFP4"
-GLM47_COMMIT = "531df318dbe2877b24881f6e15024c7f945e7048"
-GLM52 = "0xSero/GLM-5.2-NVFP4-REAP-469B"
 CHUNK = 10 * 1024 * 1024  # huggingface_hub hands bytes over in 10 MiB chunks
 BIG = "model-00001-of-00002.safetensors"
-TOKEN = "hf_sEcReT0123456789abcdefTOKEN"
 
 
 @pytest.fixture

@@ -19,9 +19,8 @@ from sm120.weights.download_record import read_manifest, write_manifest
 from sm120.weights.ensure import WeightsIncomplete, ensure_weights, with_managed_dir
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import checkpoint, write_files
-from tests.fakes.hub import FakeHub
+from tests.fakes.hub import GLM47, GLM47_COMMIT, GLM52, TOKEN, FakeHub
 from tests.helpers import invoke
-from tests.weights.test_weights_download import GLM47, GLM47_COMMIT, GLM52, TOKEN
 
 HW = ("--gpus", "4", "--arch", "sm_120")
 # What the GLM-5.2 config.json says about its sparse indexer (F09), scaled down to 4 layers.
