@@ -2,13 +2,16 @@
 
 Commands that use the API receive a `ServerClient`, so tests can point it at a scripted
 server. It and the benchmarks' streaming `sm120.server.wire.Wire` are two faces of one HTTP
-core, `sm120.server.transport`. Other HTTP in sm120 stays outside this package on purpose: the
-monitor scrapes /metrics and probes /health with its own short-lived httpx clients (through
-`bounded_request`; sm120.monitor.poll_loop, .metrics, .watched), `status` and the gateway probe
-/health (sm120.deploy.status, sm120.gateway.control), `build --refresh-pins` / `recipes
-updates` ask registries and PyPI, not a model server (sm120.images.pins, .updates), and the
-load generator and the gateway's proxy use aiohttp, whose streaming adds less to every TTFT
-(sm120.measure.load, sm120.gateway.proxy, .actions).
+core, `sm120.server.transport`. HTTP that does not go through that core, and why:
+- the monitor's polls (sm120.monitor.poll_loop, .metrics, .watched): a client without
+  keep-alive, so a connection left open never holds the port a restart needs; /metrics is
+  still read through the core's `bounded_request`;
+- one-shot reads within seconds: `status` (/health, and /metrics through `bounded_request`;
+  sm120.deploy.status) and the gateway's /health probe (sm120.gateway.control);
+- registries and PyPI, which are not model servers (sm120.images.pins, .updates);
+- aiohttp: the load generator, whose streaming must add as little as it can to every TTFT
+  (sm120.measure.load), and the gateway, an aiohttp server that proxies from its own event
+  loop (sm120.gateway.server, .proxy, .actions).
 
 The API key goes into the Authorization header and nowhere else: not into messages, hints
 or reprs, and any server text quoted in an error has it masked.
