@@ -77,6 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- routing ----------------------------------------------------------------------------
 
     def do_GET(self) -> None:
+        self.fake.authorizations.append(self.headers.get("Authorization"))
         if self.path == "/health":
             self._json(self.fake.health_status, {})
         elif self.path == "/v1/models":
@@ -94,6 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        self.fake.authorizations.append(self.headers.get("Authorization"))
         self.fake.record(self.path, body)
         if self.path == "/tokenize":
             self._tokenize(body)

@@ -8,8 +8,9 @@ else `default_reply`. Replies carry content, reasoning and tool calls, on
 It also speaks the parts of vLLM the benchmarks use: /v1/completions with text or token-id
 prompts at a scripted prefill and decode speed, /tokenize (one token per word) and
 /detokenize (one word per token), /v1/models with root and max_model_len, /health, and
-/metrics counters, including speculative-decoding drafts when asked to. Every POST is
-recorded as (path, body). Real-vLLM behaviour is covered by the integration tests, not here.
+/metrics counters, including speculative-decoding drafts when asked to (a subclass may
+report other figures there). Every POST is recorded as (path, body), and every request's
+Authorization header. Real-vLLM behaviour is covered by the integration tests, not here.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class FakeOpenAIServer(LoopbackServer):
         self.speeds = Speeds()
         self.counters = Counters()
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.authorizations: list[str | None] = []
+        """The Authorization header of every request, in order."""
         self.lock = threading.Lock()
         self.cached_blocks: set[tuple[int | str, ...]] = set()
         """Prompts seen (ids, or words for text), as every 16-token block prefix."""
