@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sm120.core.errors import SM120Error
 from sm120.weights.download import hub_source, plan_download, run_download
-from sm120.weights.files import ALLOW_PATTERNS, IGNORE_PATTERNS
+from sm120.weights.selection import ALLOW_PATTERNS, IGNORE_PATTERNS
 from tests.fakes.checkpoints import checkpoint
 from tests.fakes.hub import FakeHub
 

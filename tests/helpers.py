@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,12 @@ from typer.testing import CliRunner
 
 from sm120.cli.app import app
 from sm120.deploy.checked import CheckedPlan, checked_plan
+from sm120.doctor.p2p import probe_script
+from sm120.monitor.metrics import MetricsSnapshot
+from sm120.plan.fit import kv
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import PlanRequest
+from sm120.recipe.schema import ModelDims
 from sm120.render.argv import render_argv
 
 TESTS = Path(__file__).resolve().parent
@@ -72,3 +79,91 @@ def one_line_error(stderr: str) -> str:
     assert "Traceback" not in stderr
     assert lines[0].startswith("Error: ")
     return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing listens on it (connections in TIME_WAIT do not count, as for a server)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def processes_in_group(pgid: int) -> list[int]:
+    """Live processes whose process group is pgid, straight from /proc.
+
+    Zombies are dead and left out: an orphaned grandchild waits for init to reap it, and
+    init here (a sandbox agent) may never do so.
+    """
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat_text[stat_text.rfind(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+FP8 = kv.KVDtype("fp8", fp8=True)
+
+
+BF16 = kv.KVDtype("bfloat16", fp8=False, element_bytes=2)
+
+
+DSV4 = ModelDims(
+    num_hidden_layers=43,
+    num_key_value_heads=1,
+    head_dim=512,
+    index_head_dim=128,
+    compress_ratios=(0, 0, *([4, 128] * 20), 4, 0),
+    sliding_window=128,
+    num_nextn_predict_layers=1,
+    max_position_embeddings=1048576,
+)
+
+
+def probes_running() -> list[str]:
+    """Command lines of any process still running the probe script of this checkout."""
+    script = str(probe_script())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if script in command:
+            found.append(command)
+    return found
+
+
+def snap(generated: float, running: float = 1.0, prompt: float = 10.0) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        at=0.0,
+        mono=0.0,
+        counters={"generation_tokens": generated, "prompt_tokens": prompt, "iterations": generated},
+        running=running,
+    )

@@ -172,11 +172,11 @@ def launch_request(
     gate_wanted = gate_request(gate, keep_on_fail, gate_max_tokens)
     count, placement = _gpu_choice(gpus)
     if placement is not None:
-        from sm120.plan.placement import PLACEMENT_ENV, placement_set
+        from sm120.plan.gpu_sets import PLACEMENT_ENV, placement_set
 
         sets = [*sets, f"env.{PLACEMENT_ENV}={placement_set(placement)}"]
     if restart is not None:
-        from sm120.recipe.restart import parse_restart_policy
+        from sm120.recipe.restart_policy import parse_restart_policy
 
         # Refused here, before any work; then applied as the command line's last --set.
         sets = [*sets, f"monitor.restart={parse_restart_policy(restart)}"]
@@ -217,7 +217,7 @@ def launch_request(
 def _gpu_choice(gpus: str | None) -> tuple[int | None, tuple[int, ...] | None]:
     """--gpus as a count (range-checked as every numeric option is) or a GPU set."""
     from sm120.cli.bounds import BOUNDS, check_number
-    from sm120.plan.placement import parse_gpus
+    from sm120.plan.gpu_sets import parse_gpus
 
     if gpus is None:
         return None, None

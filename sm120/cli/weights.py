@@ -164,7 +164,7 @@ def download(
         plan_download,
         run_download,
     )
-    from sm120.weights.manifest import partial_dir
+    from sm120.weights.download_record import partial_dir
 
     plan = _plan(recipe, variant, folder)
     repo, target = _target(plan, folder)
@@ -289,7 +289,7 @@ def verify(
 
 def _incomplete(folder: Path, checked: WeightsReport) -> SM120Error:
     from sm120.core.errors import SM120Error
-    from sm120.weights.manifest import read_manifest
+    from sm120.weights.download_record import read_manifest
 
     manifest = read_manifest(folder)
     name = manifest.recipe if manifest and manifest.recipe else "RECIPE"

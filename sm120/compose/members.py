@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sm120.core.errors import SM120Error
 from sm120.gateway.config import DEFAULT_HOST, DEFAULT_PORT
 from sm120.images.facts import TOOLKIT_PYTHON
-from sm120.plan.placement import DEVICE_PREFIX, parse_gpu_set, placement_set
+from sm120.plan.gpu_sets import DEVICE_PREFIX, parse_gpu_set, placement_set
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.render.compose_project import GATEWAY_SERVICE, ComposeMember, GatewaySpec
 

@@ -24,7 +24,7 @@ from sm120.monitor.process import serve
 
 
 class ClusterRelaunch:
-    """The monitor's Relaunch for one deployment (sm120.monitor.target.Relaunch)."""
+    """The monitor's Relaunch for one deployment (sm120.monitor.watched.Relaunch)."""
 
     def __init__(self, start: ClusterStart, say: Callable[[str], None]) -> None:
         self.start = start

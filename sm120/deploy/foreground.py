@@ -29,7 +29,7 @@ from sm120.monitor.files import load_settings
 from sm120.monitor.peaks import read_json
 from sm120.monitor.process import running_monitor
 from sm120.monitor.watchdog import breaker_state_from
-from sm120.recipe.restart import is_failure
+from sm120.recipe.restart_policy import is_failure
 
 # The launcher's exit code when the breaker gave up: a service must not start it again.
 EXIT_GAVE_UP = 3

@@ -10,7 +10,7 @@ from sm120.engine.state import deployment_dir
 from sm120.monitor.files import MonitorFiles, MonitorSettings, save_launch_spec
 from sm120.monitor.process import MONITOR_MODULE, start_monitor, stop_monitor
 from sm120.plan.resolve import LaunchPlan
-from sm120.recipe.restart import parse_restart_policy
+from sm120.recipe.restart_policy import parse_restart_policy
 
 # `python -m` this to run the monitor of a deployment over several nodes.
 CLUSTER_MONITOR_MODULE = "sm120.deploy.cluster_monitor"

@@ -13,8 +13,8 @@ from sm120.engine.find import runtime_for
 from sm120.engine.state import DeploymentState, list_states
 from sm120.measure.target import load_plan
 from sm120.monitor.files import load_launch_spec
+from sm120.plan.gpu_sets import placed_on, placement_set
 from sm120.plan.hardware import Hardware, declared
-from sm120.plan.placement import placed_on, placement_set
 from sm120.plan.resolve import LaunchPlan
 
 

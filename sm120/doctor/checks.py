@@ -14,7 +14,7 @@ from sm120.doctor.gpu_source import GpuProbe
 from sm120.doctor.needs import SM12X, Needs
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot
 from sm120.doctor.topology import interconnect
-from sm120.plan.placement import placed_on
+from sm120.plan.gpu_sets import placed_on
 
 MIN_CUDA_SM120 = (12, 8)
 BUSY_FRACTION = 0.10  # without a plan, a GPU more than 10% full is worth a warning

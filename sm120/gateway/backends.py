@@ -63,26 +63,18 @@ def _backend(folder: Path) -> Backend | None:
         return None
     key = read_api_key(state.api_key_file if state else str(key_path(name)))
     spec = load_launch_spec(monitor_files(name).launch_spec, key)
-    if state is not None:
-        running = runtime_for(state).status(state).running
-        return Backend(
-            model=state.served_model_name,
-            deployment=name,
-            base_url=client_url(state.host, state.port),
-            api_key=key,
-            running=running,
-            startable=spec is not None,
-            sleep_mode=_sleeps(spec),
-        )
-    if spec is None:
+    # A deployment that runs is served where its state says; one that does not, where its
+    # launch spec would start it.
+    served = state if state is not None else spec
+    if served is None:
         return None
     return Backend(
-        model=spec.served_model_name,
+        model=served.served_model_name,
         deployment=name,
-        base_url=client_url(spec.host, spec.port),
+        base_url=client_url(served.host, served.port),
         api_key=key,
-        running=False,
-        startable=True,
+        running=state is not None and runtime_for(state).status(state).running,
+        startable=spec is not None,
         sleep_mode=_sleeps(spec),
     )
 

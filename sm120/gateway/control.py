@@ -9,7 +9,6 @@ behind in a file never gets a signal meant for a gateway long gone.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from sm120.core.errors import SM120Error
 from sm120.core.net import check_host, client_url, exposure_warning
 from sm120.core.pidlock import end_holder
 from sm120.core.ports import ensure_port_free
+from sm120.engine.background import start_detached
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
 
@@ -127,17 +127,7 @@ def gateway_argv(config: GatewayConfig) -> list[str]:
 
 
 def _spawn(config: GatewayConfig, files: GatewayFiles) -> subprocess.Popen[bytes]:
-    log_fd = os.open(files.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        return subprocess.Popen(
-            gateway_argv(config),
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
+    return start_detached(gateway_argv(config), files.log)
 
 
 def _wait_listening(process: subprocess.Popen[bytes], files: GatewayFiles) -> GatewayStatus:

@@ -9,6 +9,7 @@ every line is the slow way; here each pattern gets a literal that any match must
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 # Characters that start a fixed-length escape: how many characters follow the letter.
 _ESCAPE_LENGTH = {"x": 2, "u": 4, "U": 8}
@@ -135,23 +136,10 @@ def _skip_class(pattern: str, index: int) -> int:
 
 
 def _skip_group(pattern: str, index: int) -> int:
-    depth = 0
-    while index < len(pattern):
-        char = pattern[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char == "[":
-            index = _skip_class(pattern, index)
-            continue
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return index + 1
-        index += 1
-    return index
+    for position, char, depth in _walk(pattern, index):
+        if char == ")" and depth == 0:
+            return position + 1
+    return len(pattern)
 
 
 def _skip_quantifier(pattern: str, index: int) -> int:
@@ -166,7 +154,13 @@ def _skip_quantifier(pattern: str, index: int) -> int:
 
 
 def _has_top_level_bar(pattern: str) -> bool:
-    depth, index = 0, 0
+    return any(char == "|" and depth == 0 for _, char, depth in _walk(pattern, 0))
+
+
+def _walk(pattern: str, index: int) -> Iterator[tuple[int, str, int]]:
+    """Each character from `index` on that is not escaped or inside a [class], with the group
+    depth after it: an opening "(" stands inside its group, a closing ")" outside."""
+    depth = 0
     while index < len(pattern):
         char = pattern[index]
         if char == "\\":
@@ -179,7 +173,5 @@ def _has_top_level_bar(pattern: str) -> bool:
             depth += 1
         elif char == ")":
             depth -= 1
-        elif char == "|" and depth == 0:
-            return True
+        yield index, char, depth
         index += 1
-    return False

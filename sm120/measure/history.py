@@ -135,23 +135,29 @@ def _against_previous(
     )
     if now and then:
         yield Comparison("decode tok/s", now, then, "previous", threshold)
-    earlier = {p.get("prompt_tokens"): p for p in previous.get("prefill") or []}
-    for point in report.get("prefill") or []:
-        old = earlier.get(point.get("prompt_tokens"))
-        measured, reference = (
-            _number(point.get("prefill_tps")),
-            _number((old or {}).get("prefill_tps")),
-        )
+    for sweep in _SWEEPS:
+        yield from _point_by_point(report, previous, sweep, threshold)
+
+
+# The sweeps compared point by point: (section, the key naming a point, the figure compared,
+# the comparison's name for a point).
+_SWEEPS = (
+    ("prefill", "prompt_tokens", "prefill_tps", "prefill tok/s @ {}"),
+    ("concurrency", "concurrency", "aggregate_tps", "aggregate tok/s @ C={}"),
+)
+
+
+def _point_by_point(
+    report: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    sweep: tuple[str, str, str, str],
+    threshold: float,
+) -> Iterator[Comparison]:
+    """Each point of a sweep against the previous run's point with the same key."""
+    section, key, metric, figure = sweep
+    earlier = {point.get(key): point for point in previous.get(section) or []}
+    for point in report.get(section) or []:
+        old = earlier.get(point.get(key)) or {}
+        measured, reference = _number(point.get(metric)), _number(old.get(metric))
         if measured and reference:
-            figure = f"prefill tok/s @ {point['prompt_tokens']}"
-            yield Comparison(figure, measured, reference, "previous", threshold)
-    levels = {c.get("concurrency"): c for c in previous.get("concurrency") or []}
-    for level in report.get("concurrency") or []:
-        old = levels.get(level.get("concurrency"))
-        measured, reference = (
-            _number(level.get("aggregate_tps")),
-            _number((old or {}).get("aggregate_tps")),
-        )
-        if measured and reference:
-            figure = f"aggregate tok/s @ C={level['concurrency']}"
-            yield Comparison(figure, measured, reference, "previous", threshold)
+            yield Comparison(figure.format(point[key]), measured, reference, "previous", threshold)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from sm120.core.errors import SM120Error
 from sm120.measure.target import Target, run_with_api_key
-from sm120.server.client import mask_secret
+from sm120.server.transport import mask_secret
 
 INSTALL_HINT = "install the extra: pip install 'sm120[eval]'"
 Api = Literal["completions", "chat"]

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 from sm120.measure.text import filler
-from sm120.server.client import MAX_EVENT_BYTES, server_root
+from sm120.server.transport import MAX_EVENT_BYTES, server_root
 
 COMPLETIONS_PATH = "/v1/completions"
 

@@ -26,7 +26,7 @@ from sm120.core.errors import SM120Error
 from sm120.engine.engine_env import EngineNotFound, checked_python, resolve_engine_python
 from sm120.measure.load import arrived_in_burst
 from sm120.measure.target import API_KEY_ENV, Target, run_with_api_key
-from sm120.server.client import mask_secret
+from sm120.server.transport import mask_secret
 
 RESULT_MARK = "SM120-BENCH-RESULT "
 TOOL_NAME = "vllm bench serve"

@@ -32,7 +32,7 @@ from sm120.monitor.watchdog import (
     DEFAULT_RESTART_WINDOW_S,
     DEFAULT_WEDGE_TIMEOUT_S,
 )
-from sm120.recipe.restart import DEFAULT_RESTART, DEFAULT_RESTART_BACKOFF_S
+from sm120.recipe.restart_policy import DEFAULT_RESTART, DEFAULT_RESTART_BACKOFF_S
 
 
 @dataclass(frozen=True)

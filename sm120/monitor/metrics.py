@@ -22,7 +22,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sm120.core.errors import SM120Error
-from sm120.server.client import BadServerResponse, bounded_request
+from sm120.server.transport import BadServerResponse, bounded_request
 
 METRICS_PATH = "/metrics"
 

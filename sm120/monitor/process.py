@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from sm120.core.pidlock import PidLock, end_holder, lock_holder
+from sm120.engine.background import start_detached
 from sm120.monitor.files import MonitorFiles, load_settings
-from sm120.monitor.service import MonitorService
-from sm120.monitor.target import DeploymentTarget, Relaunch, UrlTarget
+from sm120.monitor.poll_loop import MonitorService
+from sm120.monitor.watched import DeploymentTarget, Relaunch, UrlTarget
 
 if TYPE_CHECKING:
-    from sm120.monitor.target import Target
+    from sm120.monitor.watched import Target
 
 MONITOR_MODULE = "sm120.monitor"
 STOP_TIMEOUT_S = 60.0
@@ -37,17 +37,7 @@ def start_monitor(name: str, files: MonitorFiles, module: str = MONITOR_MODULE) 
     """Start `python -m MODULE --name NAME` in its own session; returns its pid. MODULE is
     this package's, or one that runs `serve` with a relaunch handed in (a higher layer's)."""
     files.make_dirs()
-    log_fd = os.open(files.monitor_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, "--name", name],
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
+    process = start_detached([sys.executable, "-m", module, "--name", name], files.monitor_log)
     # Wait until it holds its lock, so a `stop` right after a launch finds it.
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and process.poll() is None:

@@ -26,7 +26,7 @@ from sm120.engine.gpu_readings import GpuReading
 from sm120.logs.phases import clean_line
 from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S, GpuState, gpu_state
 from sm120.monitor.metrics import MetricsSnapshot, progress_counters
-from sm120.recipe.restart import DEFAULT_RESTART_BACKOFF_S
+from sm120.recipe.restart_policy import DEFAULT_RESTART_BACKOFF_S
 
 DEFAULT_WEDGE_TIMEOUT_S = 120.0
 DEFAULT_MAX_COMPILE_S = 1800.0

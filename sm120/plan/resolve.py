@@ -28,7 +28,7 @@ from sm120.plan.overrides import Assignment, parse_assignment
 from sm120.recipe.catalogue import coerce_flag_value, engine_flags
 from sm120.recipe.knobs import KnobValues, knob_values
 from sm120.recipe.loader import load_recipe
-from sm120.recipe.restart import parse_restart_policy, policy_text
+from sm120.recipe.restart_policy import parse_restart_policy, policy_text
 from sm120.recipe.schema import (
     Baseline,
     Derivations,

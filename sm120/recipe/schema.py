@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sm120.core.defaults import DEFAULT_PORT
-from sm120.recipe.restart import (
+from sm120.recipe.restart_policy import (
     DEFAULT_RESTART,
     DEFAULT_RESTART_BACKOFF_S,
     RestartPolicyError,

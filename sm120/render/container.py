@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120.plan.placement import PLACEMENT_ENV, placed_on
+from sm120.plan.gpu_sets import PLACEMENT_ENV, placed_on
 from sm120.plan.resolve import LaunchPlan
-from sm120.recipe.restart import parse_restart_policy
+from sm120.recipe.restart_policy import parse_restart_policy
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 

@@ -3,8 +3,8 @@ messages, /tokenize, /metrics and /v1/models.
 
 `sm120.server.client` serves the launch probe and `sm120 chat`; this module adds what gates and
 benchmarks need on top: tool calls, the /v1/messages protocol, token usage and the moment of
-every streamed token. Errors reuse the client's types, and the API key never leaves the
-Authorization / x-api-key headers.
+every streamed token. Both stand on one HTTP core (`sm120.server.transport`): the same
+connection, bounds and errors; the API key never leaves the Authorization / x-api-key headers.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from typing import Any
 
 import httpx
 
-from sm120.server.client import (
+from sm120.server.transport import (
     BadServerResponse,
+    Connection,
     TransportWording,
     bounded_body,
     bounded_request,
-    check_status,
+    error_text,
     event_payloads,
+    generation_options,
     json_object,
-    mask_secret,
-    server_root,
-    translate_transport_errors,
+    stream_error,
 )
 
 CHAT_PATH = "/v1/chat/completions"
@@ -114,31 +114,18 @@ class Exchange:
         self.last_at = now
 
 
-class Wire:
+class Wire(Connection):
     """Synchronous requests for gates and probes; one connection pool per deployment."""
 
     def __init__(self, base_url: str, api_key: str | None, timeout: float = 3600.0) -> None:
-        self.base_url = server_root(base_url)
-        self._api_key = api_key or None
-        headers = {}
-        if self._api_key:
-            # vLLM reads Authorization on both APIs; Anthropic clients send x-api-key.
-            headers = {"Authorization": f"Bearer {self._api_key}", "x-api-key": self._api_key}
         # Long prefills and long answers stream slowly: only connecting is bounded tightly.
-        limits = httpx.Timeout(timeout, connect=10.0)
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=limits)
+        super().__init__(base_url, api_key, httpx.Timeout(timeout, connect=10.0), _WORDING)
 
-    def __repr__(self) -> str:
-        return f"Wire(base_url={self.base_url!r}, api_key={'<set>' if self._api_key else None})"
-
-    def __enter__(self) -> Wire:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._http.close()
+    def _key_headers(self) -> dict[str, str]:
+        if not self._api_key:
+            return {}
+        # vLLM reads Authorization on both APIs; Anthropic clients send x-api-key.
+        return {"Authorization": f"Bearer {self._api_key}", "x-api-key": self._api_key}
 
     # --- plain requests -------------------------------------------------------------------
 
@@ -185,8 +172,7 @@ class Wire:
 
     def _post_if_served(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """The JSON answer to a POST of an optional endpoint; None when the server lacks it."""
-        with translate_transport_errors(self.base_url, path, _WORDING):
-            response = bounded_request(self._http, "POST", path, json=body)
+        response = self._request("POST", path, json=body)
         if response.status_code in (404, 405, 501):
             return None
         self._raise_for_status(response, path)
@@ -218,13 +204,8 @@ class Wire:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if tools:
-            body["tools"] = list(tools)
-        _common_options(body, max_tokens, temperature, thinking)
-        exchange = Exchange(api="chat", started=time.perf_counter())
-        chunks = _ChatChunks(exchange)
-        self._stream(CHAT_PATH, body, exchange, chunks.feed)
-        return exchange
+        generation_options(body, max_tokens, temperature, thinking)
+        return self._generate("chat", CHAT_PATH, body, tools, _ChatChunks)
 
     def messages(
         self,
@@ -246,24 +227,33 @@ class Wire:
         }
         if system:
             body["system"] = system
+        generation_options(body, None, temperature, thinking)
+        return self._generate("messages", MESSAGES_PATH, body, tools, _MessageEvents)
+
+    def _generate(
+        self,
+        api: str,
+        path: str,
+        body: dict[str, Any],
+        tools: Sequence[Mapping[str, Any]] | None,
+        fold: type[_Fold],
+    ) -> Exchange:
         if tools:
             body["tools"] = list(tools)
-        _common_options(body, None, temperature, thinking)
-        exchange = Exchange(api="messages", started=time.perf_counter())
-        events = _MessageEvents(exchange)
-        self._stream(MESSAGES_PATH, body, exchange, events.feed)
+        exchange = Exchange(api=api, started=time.perf_counter())
+        self._stream(path, body, exchange, fold(exchange).feed)
         return exchange
 
     def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
         with (
-            translate_transport_errors(self.base_url, path, _WORDING),
+            self._translated(path),
             self._http.stream("POST", path, json=body) as response,
         ):
             if response.status_code == 401:
                 self._raise_for_status(response, path)
             if response.status_code >= 400:
                 answer = bounded_body(response, path)
-                exchange.error = f"HTTP {answer.status_code}: {self._mask(_error_text(answer))}"
+                exchange.error = f"HTTP {answer.status_code}: {self._mask(error_text(answer))}"
                 exchange.ended = time.perf_counter()
                 return
             try:
@@ -286,7 +276,7 @@ class Wire:
                 return
             if not isinstance(chunk, dict):
                 continue
-            problem = _stream_error(chunk)
+            problem = stream_error(chunk)
             if problem:
                 exchange.error = f"error mid-stream: {self._mask(problem)}"
                 return
@@ -298,39 +288,28 @@ class Wire:
                 exchange.error = f"the stream sent a chunk of an unexpected shape: {payload[:80]}"
                 return
 
-    # --- plumbing -------------------------------------------------------------------------
 
-    def _get_json(self, path: str) -> dict[str, Any]:
-        with translate_transport_errors(self.base_url, path, _WORDING):
-            response = bounded_request(self._http, "GET", path)
-        self._raise_for_status(response, path)
-        return json_object(response, path)
-
-    def _raise_for_status(self, response: httpx.Response, path: str) -> None:
-        check_status(response, path, self.base_url, self._api_key, _error_text)
-
-    def _mask(self, text: str) -> str:
-        return mask_secret(text, self._api_key)
-
-
-def _common_options(
-    body: dict[str, Any], max_tokens: int | None, temperature: float | None, thinking: bool | None
-) -> None:
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    if temperature is not None:
-        body["temperature"] = temperature
-    if thinking is not None:
-        # GLM templates read enable_thinking, DeepSeek ones read thinking: send both.
-        body["chat_template_kwargs"] = {"enable_thinking": thinking, "thinking": thinking}
-
-
-class _ChatChunks:
-    """Folds OpenAI chat.completion.chunk objects into an Exchange."""
+class _Fold:
+    """Folds the events of one stream into an Exchange, tool calls by their stream index."""
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self._calls: dict[int, ToolCall] = {}
+
+    def _call_at(self, index: int) -> ToolCall:
+        """The tool call streamed at `index`, added to the exchange on first sight."""
+        if index not in self._calls:
+            self._calls[index] = ToolCall()
+            self.exchange.tool_calls.append(self._calls[index])
+        return self._calls[index]
+
+    def feed(self, event: Mapping[str, Any], now: float) -> None:
+        """Take one decoded event of the stream, which arrived at `now`."""
+        raise NotImplementedError
+
+
+class _ChatChunks(_Fold):
+    """Folds OpenAI chat.completion.chunk objects into an Exchange."""
 
     def feed(self, chunk: Mapping[str, Any], now: float) -> None:
         ex = self.exchange
@@ -356,22 +335,14 @@ class _ChatChunks:
                 ex.finish_reason = str(choice["finish_reason"])
 
     def _take_call(self, call: Mapping[str, Any]) -> None:
-        index = int(call.get("index", len(self._calls)))
-        if index not in self._calls:
-            self._calls[index] = ToolCall()
-            self.exchange.tool_calls.append(self._calls[index])
+        target = self._call_at(int(call.get("index", len(self._calls))))
         function = call.get("function") or {}
-        target = self._calls[index]
         target.name += str(function.get("name") or "")
         target.arguments += str(function.get("arguments") or "")
 
 
-class _MessageEvents:
+class _MessageEvents(_Fold):
     """Folds Anthropic message stream events into an Exchange."""
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
-        self._blocks: dict[int, ToolCall] = {}
 
     def feed(self, event: Mapping[str, Any], now: float) -> None:
         ex = self.exchange
@@ -382,9 +353,7 @@ class _MessageEvents:
         elif kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
-                call = ToolCall(name=str(block.get("name") or ""))
-                self._blocks[int(event.get("index", 0))] = call
-                ex.tool_calls.append(call)
+                self._call_at(int(event.get("index", 0))).name += str(block.get("name") or "")
                 ex.saw_output(now)
         elif kind == "content_block_delta":
             self._take_delta(int(event.get("index", 0)), event.get("delta") or {}, now)
@@ -406,7 +375,7 @@ class _MessageEvents:
             ex.reasoning += str(delta["thinking"])
             ex.saw_output(now)
         elif kind == "input_json_delta":
-            call = self._blocks.get(index)
+            call = self._calls.get(index)
             if call is not None:
                 call.arguments += str(delta.get("partial_json") or "")
                 ex.saw_output(now)
@@ -424,22 +393,3 @@ def _served_model(entry: Mapping[str, Any]) -> ServedModel:
 
 def _int_or(value: Any, fallback: int | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else fallback
-
-
-def _stream_error(chunk: Mapping[str, Any]) -> str | None:
-    if chunk.get("type") == "error" or chunk.get("object") == "error" or "error" in chunk:
-        error = chunk.get("error")
-        if isinstance(error, dict):
-            return str(error.get("message") or error)[:200]
-        return str(error or chunk.get("message") or chunk)[:200]
-    return None
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text.strip()[:200] or response.reason_phrase
-    if isinstance(data, dict):
-        return _stream_error(data) or str(data.get("message") or data.get("detail") or data)[:200]
-    return str(data)[:200]

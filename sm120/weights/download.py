@@ -30,8 +30,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlparse
 
 from sm120.core.errors import SM120Error
-from sm120.weights.files import needed_files
-from sm120.weights.manifest import (
+from sm120.weights.download_record import (
     Manifest,
     RemoteFile,
     download_lock,
@@ -39,6 +38,7 @@ from sm120.weights.manifest import (
     read_manifest,
     write_manifest,
 )
+from sm120.weights.selection import needed_files
 
 DEFAULT_BRANCH = "main"
 WORKERS = 8  # huggingface_hub's default for snapshots; a shard per worker saturates most links

@@ -24,7 +24,7 @@ from sm120.weights.download import (
     plan_download,
     run_download,
 )
-from sm120.weights.manifest import read_manifest
+from sm120.weights.download_record import read_manifest
 from sm120.weights.verify import WeightsReport, verify_dir
 
 Ask = Callable[[str], bool]

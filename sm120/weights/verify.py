@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sm120.weights.manifest import read_manifest
+from sm120.weights.download_record import read_manifest
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"

@@ -16,7 +16,8 @@ from tests.fakes.standin import (
     make_engine_python,
     make_model_dir,
 )
-from tests.integration.realstack import engine_processes, free_port, port_is_free, sm120, state_of
+from tests.helpers import free_port, port_is_free
+from tests.integration.realstack import engine_processes, sm120, state_of
 
 # (log the stand-in prints, the phase it died in, the failure named, the hint)
 CASES = {

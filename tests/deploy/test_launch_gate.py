@@ -14,7 +14,7 @@ from sm120.deploy.gate import GateRequest, run_launch_gate
 from sm120.engine.runtime.base import RuntimeStatus
 from sm120.engine.state import DeploymentState, load_state, save_state
 from sm120.measure.target import save_plan
-from tests.fakes.scripted_server import Answer, ScriptedServer
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.helpers import invoke
 
 KEY = "sk-gate-secret"
@@ -60,8 +60,8 @@ class RecordingRuntime:
 
 
 @pytest.fixture
-def ready(isolated_home: Path) -> Iterator[tuple[SimpleNamespace, ScriptedServer]]:
-    with ScriptedServer(api_key=KEY, model="tiny") as server:
+def ready(isolated_home: Path) -> Iterator[tuple[SimpleNamespace, FakeOpenAIServer]]:
+    with FakeOpenAIServer(api_key=KEY, model="tiny") as server:
         isolated_home.mkdir(parents=True, exist_ok=True)
         key_file = isolated_home / "key"
         key_file.write_text(KEY)
@@ -87,7 +87,7 @@ def ready(isolated_home: Path) -> Iterator[tuple[SimpleNamespace, ScriptedServer
 
 
 def test_passing_gate(
-    ready: tuple[SimpleNamespace, ScriptedServer], capsys: pytest.CaptureFixture[str]
+    ready: tuple[SimpleNamespace, FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     launched, server = ready
     for pattern, content in [
@@ -98,7 +98,7 @@ def test_passing_gate(
         ("asterisks", "```\n*\n**\n***\n****\n```"), ("remember", "OK"),
         ("How old", "Pixel will be 10."),
     ]:  # fmt: skip
-        server.when(pattern, Answer(content=content))
+        server.when(pattern, Reply(content=content))
     runtime = RecordingRuntime()
     code = run_launch_gate(launched, runtime, GateRequest(("core",)))  # type: ignore[arg-type]
     assert code == 0
@@ -109,7 +109,7 @@ def test_passing_gate(
 
 
 def test_failing_gate_stops_the_server(
-    ready: tuple[SimpleNamespace, ScriptedServer], capsys: pytest.CaptureFixture[str]
+    ready: tuple[SimpleNamespace, FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     launched, _server = ready
     runtime = RecordingRuntime()
@@ -125,7 +125,7 @@ def test_failing_gate_stops_the_server(
 
 
 def test_keep_on_fail_keeps_it(
-    ready: tuple[SimpleNamespace, ScriptedServer], capsys: pytest.CaptureFixture[str]
+    ready: tuple[SimpleNamespace, FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     launched, _server = ready
     runtime = RecordingRuntime()
@@ -144,7 +144,7 @@ def test_keep_on_fail_keeps_it(
 
 
 def test_gate_that_cannot_reach_the_server(
-    ready: tuple[SimpleNamespace, ScriptedServer], capsys: pytest.CaptureFixture[str]
+    ready: tuple[SimpleNamespace, FakeOpenAIServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
     launched, server = ready
     server.stop()

@@ -20,9 +20,9 @@ from sm120.doctor.snapshot import Snapshot
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.runtime.processes import start_ticks
 from sm120.engine.state import DeploymentState, save_state
-from sm120.plan.placement import GpuChoice, GpuSetError, parse_gpus
+from sm120.plan.gpu_sets import GpuChoice, GpuSetError, parse_gpus
 from sm120.plan.resolve import PlanRequest, resolve
-from tests.doctor.test_doctor_checks import rtx
+from tests.fakes.gpu_box import rtx
 from tests.helpers import invoke, one_line_error
 
 GPU_TINY = ("launch", "tiny", "-V", "gpu", "--arch", "sm_90")

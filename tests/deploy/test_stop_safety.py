@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from sm120.engine.runtime.native import NativeRuntime
 from sm120.engine.runtime.processes import start_ticks
 from sm120.engine.state import deployment_dir, deployment_lock, load_state
-from tests.engine.test_runtime_native import processes_in_group, spec_for, wait_for
-from tests.helpers import invoke
+from tests.fakes.standin import spec_for
+from tests.helpers import invoke, processes_in_group, wait_for
 
 ORPHAN_LEFT_BEHIND = """
 import subprocess, sys

@@ -21,6 +21,7 @@ from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import RunResult
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot, Topology
 from sm120.plan.resolve import PlanRequest, resolve
+from tests.fakes.gpu_box import rtx
 from tests.helpers import DATA_DIR
 
 CORPUS = DATA_DIR / "nvidia_smi"
@@ -41,17 +42,6 @@ def needs(recipe: str, *sets: str, variants: tuple[str, ...] = ()) -> Needs:
 def only(findings: list[Finding]) -> Finding:
     assert len(findings) == 1, findings
     return findings[0]
-
-
-def rtx(index: int, used: int = 500, total: int = 97887, name: str | None = None) -> GpuInfo:
-    return GpuInfo(
-        index=index,
-        name=name or "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-        compute_cap="12.0",
-        memory_total_mib=total,
-        memory_used_mib=used,
-        memory_free_mib=total - used,
-    )
 
 
 # --- driver ------------------------------------------------------------------------------

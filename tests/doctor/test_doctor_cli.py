@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import DATA_DIR, invoke
-from tests.integration.realstack import free_port
+from tests.helpers import DATA_DIR, free_port, invoke
 
 CORPUS = DATA_DIR / "nvidia_smi"
 NO_DRIVER = shutil.which("nvidia-smi") is None

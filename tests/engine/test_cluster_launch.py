@@ -19,7 +19,7 @@ import pytest
 from sm120.engine.runtime.processes import group_members
 from tests.fakes.cluster import FakeCluster, make_fake_cluster
 from tests.fakes.standin import FAILURE_LINE, FATAL_STARTUPS
-from tests.integration.realstack import free_port
+from tests.helpers import free_port
 
 
 @pytest.fixture

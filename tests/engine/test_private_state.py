@@ -12,7 +12,8 @@ from sm120.engine.runtime.native import NativeRuntime
 from sm120.engine.state import deployment_dir, deployment_lock
 from sm120.measure import history
 from sm120.monitor.files import MonitorFiles
-from tests.engine.test_runtime_native import spec_for, wait_for
+from tests.fakes.standin import spec_for
+from tests.helpers import wait_for
 
 
 def modes(root: Path) -> dict[str, int]:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,8 @@ import pytest
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec
 from sm120.engine.runtime.native import NativeRuntime, NativeRuntimeError
 from sm120.engine.state import DeploymentState, load_state
+from tests.fakes.standin import spec_for
+from tests.helpers import processes_in_group, wait_for
 
 PRINT_THEN_SLEEP = """
 import time
@@ -75,54 +77,9 @@ def runtime() -> Iterator[NativeRuntime]:
         native.stop(state, timeout=2)
 
 
-def spec_for(tmp_path: Path, script: str, name: str = "demo", **env: str) -> LaunchSpec:
-    script_path = tmp_path / f"{name}_engine.py"
-    script_path.write_text(script)
-    return LaunchSpec(
-        name=name,
-        recipe="test-recipe",
-        argv=(sys.executable, str(script_path)),
-        env=env,
-        host="127.0.0.1",
-        port=18000,
-        plan_hash="hash-1",
-        served_model_name="tiny",
-        model_dir=None,
-        api_key_file=None,
-    )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
 def log_lines(state: DeploymentState) -> list[str]:
     path = Path(state.log_path)
     return path.read_text().splitlines() if path.exists() else []
-
-
-def processes_in_group(pgid: int) -> list[int]:
-    """Live processes whose process group is pgid, straight from /proc.
-
-    Zombies are dead and left out: an orphaned grandchild waits for init to reap it, and
-    init here (a sandbox agent) may never do so.
-    """
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat_text[stat_text.rfind(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def test_start_logs_output_and_reports_running(runtime: NativeRuntime, tmp_path: Path) -> None:

@@ -13,12 +13,11 @@ import os
 import signal
 import sys
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from tests.fakes.openai_server import FakeOpenAIServer, _handler_for
+from tests.fakes.openai_server import FakeOpenAIServer
 
 
 def value(argv: list[str], flag: str, default: str = "") -> str:
@@ -63,15 +62,13 @@ def main() -> None:
         while True:
             time.sleep(1)
     fake = FakeOpenAIServer(
-        api_key=os.environ.get("VLLM_API_KEY"), model=value(argv, "--served-model-name")
-    )
-    fake._httpd = ThreadingHTTPServer(
-        (value(argv, "--host", "127.0.0.1"), int(value(argv, "--port", "8000"))),
-        _handler_for(fake),
+        api_key=os.environ.get("VLLM_API_KEY"),
+        model=value(argv, "--served-model-name"),
+        address=(value(argv, "--host", "127.0.0.1"), int(value(argv, "--port", "8000"))),
     )
     print("Starting vLLM API server 0 on http://...", flush=True)
     print("INFO:     Application startup complete.", flush=True)
-    fake._httpd.serve_forever(poll_interval=0.05)
+    fake.serve_forever()
 
 
 if __name__ == "__main__":

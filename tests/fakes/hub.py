@@ -302,3 +302,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+GLM47 = "Salyut1/GLM-4.7-NVFP4"
+
+
+GLM47_COMMIT = "531df318dbe2877b24881f6e15024c7f945e7048"
+
+
+GLM52 = "0xSero/GLM-5.2-NVFP4-REAP-469B"
+
+
+TOKEN = "hf_sEcReT0123456789abcdefTOKEN"

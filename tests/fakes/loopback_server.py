@@ -15,8 +15,10 @@ class LoopbackServer:
         self,
         handler: type[BaseHTTPRequestHandler],
         server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+        *,
+        address: tuple[str, int] = ("127.0.0.1", 0),
     ) -> None:
-        self._httpd = server_class(("127.0.0.1", 0), handler)
+        self._httpd = server_class(address, handler)
         self._httpd.daemon_threads = True
         # A short poll keeps stop() quick: shutdown waits for the next poll.
         self._thread = threading.Thread(
@@ -27,6 +29,10 @@ class LoopbackServer:
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until the process ends (for a fake run as its own process)."""
+        self._httpd.serve_forever(poll_interval=0.05)
 
     def start(self: _Server) -> _Server:
         self._thread.start()

@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from sm120.engine.runtime.base import LaunchSpec
 from tests.helpers import DATA_DIR
 
 STANDIN = Path(__file__).resolve().parent / "standin_engine.py"
@@ -66,3 +67,20 @@ def make_model_dir(folder: Path) -> Path:
 FAILURE_LINE = re.compile(
     r"Error: the engine failed (\d+) s into its start-up \(phase: (\w+)\): (.*) \(hint: (.*)\)"
 )
+
+
+def spec_for(tmp_path: Path, script: str, name: str = "demo", **env: str) -> LaunchSpec:
+    script_path = tmp_path / f"{name}_engine.py"
+    script_path.write_text(script)
+    return LaunchSpec(
+        name=name,
+        recipe="test-recipe",
+        argv=(sys.executable, str(script_path)),
+        env=env,
+        host="127.0.0.1",
+        port=18000,
+        plan_hash="hash-1",
+        served_model_name="tiny",
+        model_dir=None,
+        api_key_file=None,
+    )

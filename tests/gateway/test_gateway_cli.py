@@ -20,8 +20,7 @@ from typer.testing import CliRunner
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.control import GatewayError, check_config, stop_gateway
 from sm120.gateway.files import gateway_files
-from tests.helpers import invoke, one_line_error
-from tests.integration.realstack import free_port
+from tests.helpers import free_port, invoke, one_line_error
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from sm120.gateway.proxy import RouteCache
 from sm120.gateway.swap import Swapper, SwapPolicy
 from tests.fakes.gateway import FakeActions, backend, exchange, running_gateway
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.integration.realstack import free_port
+from tests.helpers import free_port
 
 CHAT_PATH = "/v1/chat/completions"
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -89,7 +89,7 @@ def test_a_streamed_chat_comes_through_byte_for_byte() -> None:
     assert relayed == direct
     assert relayed.endswith(b"data: [DONE]\n\n")
     # The fake refuses any key but its own (401): the gateway swapped in the backend's key.
-    assert fake.requests[0]["model"] == "a"
+    assert fake.chat_requests[0]["model"] == "a"
 
 
 def test_an_upstream_error_keeps_its_status_and_body() -> None:
@@ -157,7 +157,7 @@ def test_asking_for_a_stopped_model_stops_the_least_recently_used_and_starts_it(
 
         assert run(scenario()) == 200
     assert actions.done == ["stop dep-b", "start dep-c"]
-    assert fake.requests[0]["model"] == "c"
+    assert fake.chat_requests[0]["model"] == "c"
 
 
 def test_sleep_mode_backends_sleep_and_wake_instead() -> None:

@@ -19,7 +19,7 @@ from sm120.gateway.static import (
     load_static_backends,
 )
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.integration.realstack import free_port
+from tests.helpers import free_port
 
 HINT = 'write {"backends": [{"model", "service", "url", "key_file"}, ...]}'
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
-from tests.integration.realstack import engine_processes, free_port, sm120, state_of
+from tests.helpers import REPO, free_port
+from tests.integration.realstack import engine_processes, sm120, state_of
 
 pytestmark = pytest.mark.gpu
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.realstack import free_port, sm120
+from tests.helpers import free_port
+from tests.integration.realstack import sm120
 
 pytestmark = pytest.mark.gpu
 

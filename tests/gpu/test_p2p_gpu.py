@@ -14,7 +14,7 @@ import pytest
 from sm120.doctor.p2p import ProbeLimits
 from sm120.doctor.p2p_live import doctor_p2p
 from sm120.doctor.run import Machine
-from tests.integration.test_p2p_probe import probes_running
+from tests.helpers import probes_running
 
 pytestmark = pytest.mark.gpu
 

@@ -179,7 +179,7 @@ def test_healthcheck_smoke_fails_on_empty_content() -> None:
 
 
 def test_healthcheck_fails_when_nothing_listens() -> None:
-    from tests.integration.realstack import free_port
+    from tests.helpers import free_port
 
     result = healthcheck(free_port())
     assert result.returncode == 1

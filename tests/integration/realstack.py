@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,22 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    """Nothing listens on it (connections in TIME_WAIT do not count, as for a server)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+from sm120.engine.runtime.processes import group_members
+from tests.helpers import port_is_free
 
 
 def cli_env(home: Path) -> dict[str, str]:
@@ -88,3 +73,14 @@ def wait_for(what: str, condition: Callable[[], Any], timeout: float, every: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(every)
+
+
+def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and engine_processes(port):
+        time.sleep(0.5)
+    assert engine_processes(port) == []
+    if pgid is not None:
+        assert group_members(pgid) == []
+    assert port_is_free(port)
+    assert state_of(home) is None

@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from sm120.engine.tiny_model import ensure_tiny_model
+from tests.helpers import free_port
 from tests.integration import dockerstack
-from tests.integration.realstack import free_port, sm120
+from tests.integration.realstack import sm120
 
 pytestmark = pytest.mark.integration
 

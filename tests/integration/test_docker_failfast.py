@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.standin import FAILURE_LINE, FATAL_STARTUPS, STANDIN, make_model_dir
+from tests.helpers import free_port
 from tests.integration import dockerstack
-from tests.integration.realstack import free_port, sm120, state_of
+from tests.integration.realstack import sm120, state_of
 
 pytestmark = pytest.mark.integration
 

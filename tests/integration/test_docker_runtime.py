@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from sm120.plan.resolve import PlanRequest, resolve
-from tests.helpers import REPO
+from tests.helpers import REPO, free_port
 from tests.integration import dockerstack
-from tests.integration.realstack import free_port, sm120
+from tests.integration.realstack import sm120
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,7 @@ from sm120.doctor import preflight
 from sm120.doctor.engine_probe import probe_engine
 from sm120.doctor.runner import run_command
 from sm120.plan.resolve import PlanRequest, resolve
-from tests.helpers import invoke
-from tests.integration.realstack import free_port
+from tests.helpers import free_port, invoke
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.realstack import (
-    engine_processes,
-    free_port,
-    port_is_free,
-    sm120,
-    state_of,
-)
+from tests.helpers import free_port, port_is_free
+from tests.integration.realstack import engine_processes, sm120, state_of
 
 pytestmark = pytest.mark.integration
 

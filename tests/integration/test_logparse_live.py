@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from sm120.logs.logparse import LogParser
-from tests.integration.realstack import free_port, sm120
+from tests.helpers import free_port
+from tests.integration.realstack import sm120
 
 pytestmark = pytest.mark.integration
 

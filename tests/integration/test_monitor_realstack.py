@@ -28,15 +28,8 @@ from sm120.engine.runtime.processes import group_members
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.metrics import parse_metrics, rates_between
 from sm120.monitor.process import running_monitor
-from tests.integration.realstack import (
-    cli_env,
-    engine_processes,
-    free_port,
-    port_is_free,
-    sm120,
-    state_of,
-    wait_for,
-)
+from tests.helpers import free_port, port_is_free
+from tests.integration.realstack import cli_env, engine_processes, sm120, state_of, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -35,6 +35,7 @@ import pytest
 
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.process import running_monitor
+from tests.helpers import free_port
 from tests.integration.netns import (
     TwoHosts,
     missing_tools,
@@ -42,7 +43,7 @@ from tests.integration.netns import (
     two_hosts,
     wait_links_gone,
 )
-from tests.integration.realstack import free_port, wait_for
+from tests.integration.realstack import wait_for
 
 pytestmark = [
     pytest.mark.integration,

@@ -16,27 +16,16 @@ import pytest
 
 from sm120.engine.runtime.processes import group_members
 from sm120.logs.fatal import watch_lines
+from tests.helpers import free_port
 from tests.integration.realstack import (
+    assert_nothing_left,
     engine_processes,
-    free_port,
-    port_is_free,
     sm120,
     start_sm120,
     state_of,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def assert_nothing_left(home: Path, port: int, pgid: int | None) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and engine_processes(port):
-        time.sleep(0.5)
-    assert engine_processes(port) == []
-    if pgid is not None:
-        assert group_members(pgid) == []
-    assert port_is_free(port)
-    assert state_of(home) is None
 
 
 @pytest.fixture(scope="module")

@@ -15,31 +15,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sm120.doctor.p2p import ProbeLimits, probe_script
+from sm120.doctor.p2p import ProbeLimits
 from sm120.doctor.p2p_live import doctor_p2p, launch_p2p_decision
 from sm120.plan.resolve import PlanRequest, resolve
-from tests.doctor.test_doctor_run import gpu_box, machine
-from tests.helpers import invoke
+from tests.fakes.gpu_box import gpu_box, machine
+from tests.helpers import invoke, probes_running
 
 pytestmark = pytest.mark.integration
 
 FAULT = "SM120_TEST_P2P_FAULT"
-
-
-def probes_running() -> list[str]:
-    """Command lines of any process still running the probe script of this checkout."""
-    script = str(probe_script())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if script in command:
-            found.append(command)
-    return found
 
 
 def test_a_cpu_all_reduce_in_the_engine_env_is_correct(engine_python: Path) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.realstack import free_port, sm120, state_of
+from tests.helpers import free_port
+from tests.integration.realstack import sm120, state_of
 
 pytestmark = pytest.mark.integration
 

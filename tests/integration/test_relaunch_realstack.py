@@ -29,15 +29,8 @@ from sm120.deploy.foreground import EXIT_GAVE_UP
 from sm120.engine.runtime.processes import group_members
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.process import running_monitor
-from tests.integration.realstack import (
-    cli_env,
-    engine_processes,
-    free_port,
-    port_is_free,
-    sm120,
-    state_of,
-    wait_for,
-)
+from tests.helpers import free_port, port_is_free
+from tests.integration.realstack import cli_env, engine_processes, sm120, state_of, wait_for
 
 pytestmark = pytest.mark.integration
 

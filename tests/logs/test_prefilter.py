@@ -8,7 +8,7 @@ import pytest
 
 from sm120.logs.failures import load_catalogue
 from sm120.logs.prefilter import alternation, prefix_closure, rare_anchor, required_literal
-from tests.logs.test_failures import REAL_LINES
+from tests.fakes.engine_logs import REAL_LINES
 
 
 @pytest.mark.parametrize(

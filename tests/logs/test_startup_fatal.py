@@ -15,8 +15,8 @@ from sm120.logs.fatal import (
     shipped_signatures,
     watch_lines,
 )
+from tests.fakes.engine_logs import HEALTHY_NOISE, PREFIXES, REAL_LINES
 from tests.helpers import DATA_DIR
-from tests.logs.test_failures import HEALTHY_NOISE, PREFIXES, REAL_LINES
 
 VLLM_LOGS = DATA_DIR / "vllm_logs"
 FATAL_STARTUPS = DATA_DIR / "fatal_startups"

@@ -34,7 +34,7 @@ from sm120.measure.vllm_bench import (
     parse_serve_result,
     serve_args,
 )
-from tests.fakes.scripted_server import ScriptedServer
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.helpers import DATA_DIR, invoke
 
 KEY = "sk-bench-secret"
@@ -98,12 +98,14 @@ def test_explicit_lengths_must_fit() -> None:
 
 
 @pytest.fixture
-def scripted() -> Iterator[ScriptedServer]:
-    with ScriptedServer(api_key=KEY, max_model_len=8192, speculative=True) as server:
+def scripted() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(
+        api_key=KEY, model="scripted", max_model_len=8192, speculative=True
+    ) as server:
         yield server
 
 
-def test_load_measures_scripted_decode_and_prefill(scripted: ScriptedServer) -> None:
+def test_load_measures_scripted_decode_and_prefill(scripted: FakeOpenAIServer) -> None:
     scripted.speeds.decode_per_token = 0.01  # at most 100 tok/s
     scripted.speeds.prefill_per_token = 0.0001  # at most 10,000 tok/s
     pool = TokenPool(range(100, 200), seed=3)
@@ -117,7 +119,7 @@ def test_load_measures_scripted_decode_and_prefill(scripted: ScriptedServer) -> 
     assert 500 < result.prefill_tps <= 10_001  # type: ignore[operator]
 
 
-def test_bursts_are_detected(scripted: ScriptedServer) -> None:
+def test_bursts_are_detected(scripted: FakeOpenAIServer) -> None:
     pool = TokenPool(range(100, 200), seed=5)
     scripted.speeds.decode_per_token = 0.005
     smooth = run_load(scripted.url, KEY, "scripted", pool.prompts(16, 2), max_tokens=32)
@@ -142,7 +144,7 @@ def test_decode_rate_leaves_out_bursty_requests() -> None:
     assert result.per_request_tps == pytest.approx(1 / ((1 / 100 + 1 / 100_000) / 2))
 
 
-def test_concurrency_aggregates_over_requests(scripted: ScriptedServer) -> None:
+def test_concurrency_aggregates_over_requests(scripted: FakeOpenAIServer) -> None:
     scripted.speeds.decode_per_token = 0.005
     pool = TokenPool(range(100, 200), seed=4)
     one = run_load(scripted.url, KEY, "scripted", pool.prompts(16, 4), max_tokens=20)
@@ -154,7 +156,7 @@ def test_concurrency_aggregates_over_requests(scripted: ScriptedServer) -> None:
     assert four.aggregate_tps > one.aggregate_tps  # type: ignore[operator]
 
 
-def test_failed_requests_are_counted_with_the_reason(scripted: ScriptedServer) -> None:
+def test_failed_requests_are_counted_with_the_reason(scripted: FakeOpenAIServer) -> None:
     pool = TokenPool(range(100, 200))
     result = run_load(scripted.url, "sk-wrong", "scripted", pool.prompts(8, 2), max_tokens=4)
     assert result.failed == 2
@@ -192,7 +194,9 @@ def test_token_pool_needs_variety() -> None:
     assert len(prompt) == 300 and set(prompt) <= set(range(10, 20))
 
 
-def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_bench_with_our_tool(
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.speeds.decode_per_token = 0.002
     found = target_for_url(scripted.url, None)
@@ -214,7 +218,7 @@ def test_run_bench_with_our_tool(scripted: ScriptedServer, monkeypatch: pytest.M
 
 
 def quick_bench(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch, *, length: int, requests: int
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, *, length: int, requests: int
 ) -> dict[str, Any]:
     """`sm120 bench --quick --tool ours` at one prompt length against the scripted server."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -229,12 +233,12 @@ def quick_bench(
     return run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
 
 
-def sent_prompts(scripted: ScriptedServer) -> list[Any]:
+def sent_prompts(scripted: FakeOpenAIServer) -> list[Any]:
     return [body["prompt"] for path, body in scripted.requests if path == "/v1/completions"]
 
 
 def test_bench_sends_text_of_the_exact_length(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a client sends text, and tokenizing it is part of TTFT, as in vllm bench serve
     report = quick_bench(scripted, monkeypatch, length=48, requests=2)
@@ -253,7 +257,7 @@ def test_bench_sends_text_of_the_exact_length(
 
 
 def test_without_detokenize_the_prompts_go_out_as_token_ids(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scripted.detokenizes = False
     report = quick_bench(scripted, monkeypatch, length=48, requests=2)
@@ -268,7 +272,7 @@ def test_without_detokenize_the_prompts_go_out_as_token_ids(
 
 
 def test_prompts_that_would_not_settle_as_text_are_counted(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sm120.measure import prompts
 
@@ -290,7 +294,7 @@ def test_prompts_that_would_not_settle_as_text_are_counted(
 
 
 def test_bench_notes_bursty_streams(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.speeds.burst = True
@@ -310,7 +314,7 @@ def test_bench_notes_bursty_streams(
 
 
 def test_fresh_prompts_never_hit_the_prefix_cache(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = quick_bench(scripted, monkeypatch, length=64, requests=3)
     # 3 decode prompts of 64, then 1 warm-up and 3 measured prompts of 64
@@ -323,7 +327,7 @@ def test_fresh_prompts_never_hit_the_prefix_cache(
 
 
 def test_prefix_cache_hits_are_reported(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
     class RepeatingPool(TokenPool):
@@ -345,7 +349,7 @@ def test_prefix_cache_hits_are_reported(
 
 
 def test_each_measured_phase_starts_after_a_settle(
-    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
 
@@ -674,7 +678,7 @@ def test_short_prompts_are_not_compared_with_a_long_prompt_baseline() -> None:
 
 
 @pytest.fixture
-def deployment(scripted: ScriptedServer, isolated_home: Path) -> Iterator[ScriptedServer]:
+def deployment(scripted: FakeOpenAIServer, isolated_home: Path) -> Iterator[FakeOpenAIServer]:
     """A deployment in the state dir whose server is the scripted one, with a saved plan."""
     key_file = isolated_home / "api_key"
     isolated_home.mkdir(parents=True, exist_ok=True)
@@ -698,7 +702,7 @@ def deployment(scripted: ScriptedServer, isolated_home: Path) -> Iterator[Script
 
 
 def test_cli_bench_against_a_deployment_flags_the_baseline(
-    deployment: ScriptedServer, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+    deployment: FakeOpenAIServer, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("VLLM_PYTHON", raising=False)
     deployment.speeds.decode_per_token = 0.001
@@ -728,7 +732,7 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
     assert len(history.records("vllm/vllm-openai:v0.32.0|h")) == 2
 
 
-def test_cli_bench_text_report(deployment: ScriptedServer, cli: CliRunner) -> None:
+def test_cli_bench_text_report(deployment: FakeOpenAIServer, cli: CliRunner) -> None:
     code, out, _ = invoke(
         cli, "bench", "--tool", "ours", "--lengths", "32,64", "--concurrency", "1,2",
         "--decode-tokens", "8", "--requests", "2", "--no-save", "--settle", "0",
@@ -785,7 +789,7 @@ def test_cli_bench_input_errors(cli: CliRunner, args: list[str], message: str) -
     assert (code, out, err.strip()) == (2, "", message)
 
 
-def test_cli_bench_length_beyond_the_plan(deployment: ScriptedServer, cli: CliRunner) -> None:
+def test_cli_bench_length_beyond_the_plan(deployment: FakeOpenAIServer, cli: CliRunner) -> None:
     code, _, err = invoke(cli, "bench", "--lengths", "9000")
     assert code == 2
     assert err.strip() == (

@@ -14,20 +14,20 @@ from typer.testing import CliRunner
 
 from sm120.measure import lmeval
 from sm120.measure.target import Target, run_with_api_key
-from tests.fakes.scripted_server import ScriptedServer
+from tests.fakes.openai_server import FakeOpenAIServer
 from tests.helpers import invoke
 
 KEY = "sk-eval-secret"
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedServer]:
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    with ScriptedServer(api_key=KEY, model="glm-5.2", max_model_len=131_072) as scripted:
+    with FakeOpenAIServer(api_key=KEY, model="glm-5.2", max_model_len=131_072) as scripted:
         yield scripted
 
 
-def test_dry_run_prints_the_harness_command(server: ScriptedServer, cli: CliRunner) -> None:
+def test_dry_run_prints_the_harness_command(server: FakeOpenAIServer, cli: CliRunner) -> None:
     code, out, err = invoke(
         cli, "eval", "gsm8k", "--url", server.url, "--output", "/tmp/ev", "--dry-run"
     )
@@ -49,7 +49,7 @@ def test_dry_run_prints_the_harness_command(server: ScriptedServer, cli: CliRunn
 
 
 def test_dry_run_chat_api_all_problems(
-    server: ScriptedServer, cli: CliRunner, tmp_path: Path
+    server: FakeOpenAIServer, cli: CliRunner, tmp_path: Path
 ) -> None:
     code, out, _ = invoke(
         cli, "eval", "gsm8k", "--url", server.url, "--api", "chat", "--limit", "0",
@@ -88,7 +88,7 @@ def test_the_plans_repo_is_the_tokenizer_when_the_folder_is_elsewhere() -> None:
 
 
 def test_missing_lm_eval_is_one_line(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, server: ScriptedServer
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, server: FakeOpenAIServer
 ) -> None:
     monkeypatch.setattr(lmeval, "lm_eval_available", lambda: False)
     code, out, err = invoke(cli, "eval", "gsm8k", "--url", server.url)
@@ -151,7 +151,7 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_scores_are_read_back_and_checked(
-    server: ScriptedServer, cli: CliRunner, stand_in: Path
+    server: FakeOpenAIServer, cli: CliRunner, stand_in: Path
 ) -> None:
     code, out, err = invoke(
         cli, "eval", "gsm8k", "--url", server.url, "--output", str(stand_in), "--json",
@@ -173,7 +173,7 @@ def test_scores_are_read_back_and_checked(
 
 
 def test_harness_failure(
-    server: ScriptedServer,
+    server: FakeOpenAIServer,
     cli: CliRunner,
     stand_in: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -16,7 +16,7 @@ from sm120.measure.gates import GateOptions, document_budget, run_cases
 from sm120.measure.judge import judge
 from sm120.measure.target import target_for_url
 from sm120.server.wire import Exchange, ToolCall
-from tests.fakes.scripted_server import Answer, ScriptedServer, ScriptedTool
+from tests.fakes.openai_server import FakeOpenAIServer, Reply, ScriptedTool
 from tests.helpers import invoke
 
 THINK = "Let me work through this carefully."
@@ -48,16 +48,16 @@ KNOWN_ANSWERS = [
 ]
 
 
-def knowing_server(**kwargs: object) -> ScriptedServer:
-    server = ScriptedServer(**kwargs)  # type: ignore[arg-type]
+def knowing_server(**kwargs: object) -> FakeOpenAIServer:
+    server = FakeOpenAIServer(model="scripted", **kwargs)  # type: ignore[arg-type]
     for pattern, content in KNOWN_ANSWERS:
-        server.when(pattern, Answer(content=content, reasoning=THINK, token_delay=0.002))
-    server.when(r"weather in Paris", Answer(tool_calls=(WEATHER,)))
+        server.when(pattern, Reply(content=content, reasoning=THINK, token_delay=0.002))
+    server.when(r"weather in Paris", Reply(tool_calls=(WEATHER,)))
     return server
 
 
 @pytest.fixture
-def knowing() -> Iterator[ScriptedServer]:
+def knowing() -> Iterator[FakeOpenAIServer]:
     with knowing_server(api_key="sk-scripted-secret", max_model_len=200_000) as server:
         yield server
 
@@ -67,7 +67,7 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted-secret")
 
 
-def run_suite(server: ScriptedServer, suite: str, **options: object) -> dict[str, object]:
+def run_suite(server: FakeOpenAIServer, suite: str, **options: object) -> dict[str, object]:
     target = target_for_url(server.url, None)
     cases = select(builtin_gates(), suite)
     return run_cases(target, suite, cases, GateOptions(**options))  # type: ignore[arg-type]
@@ -78,7 +78,7 @@ def run_suite(server: ScriptedServer, suite: str, **options: object) -> dict[str
 
 @pytest.mark.parametrize("suite", ["core", "long", "multiturn", "tools"])
 def test_every_builtin_suite_passes_against_a_model_that_knows(
-    knowing: ScriptedServer, keyed: None, suite: str
+    knowing: FakeOpenAIServer, keyed: None, suite: str
 ) -> None:
     report = run_suite(knowing, suite)
     failures = [case["failures"] for case in report["cases"]]  # type: ignore[index]
@@ -87,7 +87,7 @@ def test_every_builtin_suite_passes_against_a_model_that_knows(
 
 
 def test_cli_core_passes_and_prints_one_line_per_case(
-    knowing: ScriptedServer, keyed: None, cli: CliRunner
+    knowing: FakeOpenAIServer, keyed: None, cli: CliRunner
 ) -> None:
     code, out, err = invoke(cli, "test", "core", "--url", knowing.url)
     assert code == 0, out + err
@@ -97,7 +97,7 @@ def test_cli_core_passes_and_prints_one_line_per_case(
     assert "sk-scripted-secret" not in out + err
 
 
-def test_streamed_without_max_tokens_and_timed(knowing: ScriptedServer, keyed: None) -> None:
+def test_streamed_without_max_tokens_and_timed(knowing: FakeOpenAIServer, keyed: None) -> None:
     report = run_suite(knowing, "core")
     chat_bodies = [body for path, body in knowing.requests if path == "/v1/chat/completions"]
     assert chat_bodies and all(body["stream"] is True for body in chat_bodies)
@@ -111,7 +111,7 @@ def test_streamed_without_max_tokens_and_timed(knowing: ScriptedServer, keyed: N
     assert turn["reasoning_chars"] == len(THINK)
 
 
-def test_multi_turn_history_carries_earlier_answers(knowing: ScriptedServer, keyed: None) -> None:
+def test_multi_turn_history_carries_earlier_answers(knowing: FakeOpenAIServer, keyed: None) -> None:
     report = run_suite(knowing, "core")
     assert report["failed"] == 0
     last = [body for path, body in knowing.requests if path == "/v1/chat/completions"][-1]
@@ -120,7 +120,7 @@ def test_multi_turn_history_carries_earlier_answers(knowing: ScriptedServer, key
     assert last["messages"][1]["content"] == "OK"  # the answer, never the reasoning
 
 
-def test_tool_calls_go_through_both_apis(knowing: ScriptedServer, keyed: None) -> None:
+def test_tool_calls_go_through_both_apis(knowing: FakeOpenAIServer, keyed: None) -> None:
     report = run_suite(knowing, "tools")
     assert report["failed"] == 0
     paths = [path for path, _ in knowing.requests if path.startswith("/v1/")]
@@ -177,7 +177,7 @@ def test_document_budget_scales_to_what_fits() -> None:
 # --- failure paths --------------------------------------------------------------------------
 
 
-def one_case(server: ScriptedServer, suite: str, case: str, **options: object) -> dict:  # type: ignore[type-arg]
+def one_case(server: FakeOpenAIServer, suite: str, case: str, **options: object) -> dict:  # type: ignore[type-arg]
     target = target_for_url(server.url, None)
     cases = select(builtin_gates(), suite, (case,))
     report = run_cases(target, suite, cases, GateOptions(**options))  # type: ignore[arg-type]
@@ -185,26 +185,26 @@ def one_case(server: ScriptedServer, suite: str, case: str, **options: object) -
 
 
 @pytest.fixture
-def server(keyed: None) -> Iterator[ScriptedServer]:
-    with ScriptedServer(api_key="sk-scripted-secret") as scripted:
+def server(keyed: None) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(api_key="sk-scripted-secret", model="scripted") as scripted:
         yield scripted
 
 
-def test_wrong_answer_fails_with_the_expectation(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(content="392"))
+def test_wrong_answer_fails_with_the_expectation(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(content="392"))
     result = one_case(server, "core", "math-multiply")
     assert not result["passed"]
     assert result["failures"] == ["turn 1: expected matches /\\b391\\b/; answer: '392'"]
 
 
-def test_answer_only_in_reasoning_is_named(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(content="The answer.", reasoning="17*23 = 391"))
+def test_answer_only_in_reasoning_is_named(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(content="The answer.", reasoning="17*23 = 391"))
     result = one_case(server, "core", "math-multiply")
     assert "it is only in the reasoning, not the answer" in result["failures"][0]
 
 
-def test_f12_reasoning_ate_the_budget(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(reasoning="long thoughts " * 5, finish_reason="length"))
+def test_f12_reasoning_ate_the_budget(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(reasoning="long thoughts " * 5, finish_reason="length"))
     result = one_case(server, "core", "math-multiply", max_tokens=10)
     assert result["failure_ids"] == ["F12"]
     assert result["failures"][0] == (
@@ -214,35 +214,35 @@ def test_f12_reasoning_ate_the_budget(server: ScriptedServer) -> None:
     assert body["max_tokens"] == 10
 
 
-def test_f27_think_tags_in_the_answer(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(content="<think>multiply</think> 391"))
+def test_f27_think_tags_in_the_answer(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(content="<think>multiply</think> 391"))
     result = one_case(server, "core", "math-multiply")
     assert result["failure_ids"] == ["F27"]
     assert "reasoning markup in the answer" in result["failures"][0]
 
 
-def test_f27_everything_in_reasoning(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(reasoning="so it is 391"))
+def test_f27_everything_in_reasoning(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(reasoning="so it is 391"))
     result = one_case(server, "core", "math-multiply")
     assert "F27" in result["failure_ids"]
     assert "everything went to reasoning" in result["failures"][0]
 
 
-def test_garbled_answer(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(content="391 \ufffd\ufffd\x01\x02\ufffd 数字数字"))
+def test_garbled_answer(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(content="391 \ufffd\ufffd\x01\x02\ufffd 数字数字"))
     result = one_case(server, "core", "math-multiply")
     assert any(f.startswith("turn 1: garbled answer:") for f in result["failures"])
 
 
-def test_repetition_loop(server: ScriptedServer) -> None:
-    server.when("17 multiplied", Answer(content="391 " + "the same the same " * 40))
+def test_repetition_loop(server: FakeOpenAIServer) -> None:
+    server.when("17 multiplied", Reply(content="391 " + "the same the same " * 40))
     result = one_case(server, "core", "math-multiply")
     assert any("repetition loop" in f for f in result["failures"])
 
 
-def test_f05_tool_call_left_in_the_text(server: ScriptedServer) -> None:
+def test_f05_tool_call_left_in_the_text(server: FakeOpenAIServer) -> None:
     markup = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    server.when("weather in Paris", Answer(content=markup))
+    server.when("weather in Paris", Reply(content=markup))
     result = one_case(server, "tools", "chat-tool-call")
     assert result["failure_ids"] == ["F05"]
     assert result["failures"] == [
@@ -250,15 +250,15 @@ def test_f05_tool_call_left_in_the_text(server: ScriptedServer) -> None:
     ]
 
 
-def test_f06_no_tool_use_on_messages(server: ScriptedServer) -> None:
-    server.when("weather in Paris", Answer(content="I would call a tool now."))
+def test_f06_no_tool_use_on_messages(server: FakeOpenAIServer) -> None:
+    server.when("weather in Paris", Reply(content="I would call a tool now."))
     result = one_case(server, "tools", "messages-tool-use")
     assert result["failures"] == ["turn 1: no tool_use block on /v1/messages (F06)"]
 
 
-def test_wrong_tool_argument(server: ScriptedServer) -> None:
+def test_wrong_tool_argument(server: FakeOpenAIServer) -> None:
     server.when(
-        "weather in Paris", Answer(tool_calls=(ScriptedTool("get_weather", {"city": "Rome"}),))
+        "weather in Paris", Reply(tool_calls=(ScriptedTool("get_weather", {"city": "Rome"}),))
     )
     result = one_case(server, "tools", "chat-tool-call")
     assert result["failures"] == [
@@ -266,8 +266,10 @@ def test_wrong_tool_argument(server: ScriptedServer) -> None:
     ]
 
 
-def test_http_error_is_a_failed_case_not_a_crash(server: ScriptedServer) -> None:
-    small = ScriptedServer(api_key="sk-scripted-secret", max_model_len=20).start()
+def test_http_error_is_a_failed_case_not_a_crash(server: FakeOpenAIServer) -> None:
+    small = FakeOpenAIServer(
+        api_key="sk-scripted-secret", model="scripted", max_model_len=20
+    ).start()
     try:
         result = one_case(small, "core", "code-python")
     finally:
@@ -276,10 +278,10 @@ def test_http_error_is_a_failed_case_not_a_crash(server: ScriptedServer) -> None
     assert result["failures"][0].startswith("turn 1: request failed: HTTP 400: maximum context")
 
 
-def test_failed_turn_stops_the_case(server: ScriptedServer) -> None:
-    server.when("remember this", Answer(content="OK"))
-    small = ScriptedServer(api_key="sk-scripted-secret", max_model_len=60)
-    small.when("remember this", Answer(content="OK"))
+def test_failed_turn_stops_the_case(server: FakeOpenAIServer) -> None:
+    server.when("remember this", Reply(content="OK"))
+    small = FakeOpenAIServer(api_key="sk-scripted-secret", model="scripted", max_model_len=60)
+    small.when("remember this", Reply(content="OK"))
     small.start()
     try:
         result = one_case(small, "core", "multi-turn-memory")
@@ -289,8 +291,8 @@ def test_failed_turn_stops_the_case(server: ScriptedServer) -> None:
     assert not result["passed"]
 
 
-def test_cli_exits_1_and_names_known_failures(server: ScriptedServer, cli: CliRunner) -> None:
-    server.when("weather in Paris", Answer(content="<tool_call>get_weather</tool_call>"))
+def test_cli_exits_1_and_names_known_failures(server: FakeOpenAIServer, cli: CliRunner) -> None:
+    server.when("weather in Paris", Reply(content="<tool_call>get_weather</tool_call>"))
     code, out, _err = invoke(cli, "test", "tools", "--url", server.url)
     assert code == 1
     assert "FAIL tools/chat-tool-call" in out
@@ -298,8 +300,8 @@ def test_cli_exits_1_and_names_known_failures(server: ScriptedServer, cli: CliRu
     assert "  F05 Tool calls silently dropped by the GLM-4.7 tool parser. Fix: " in out
 
 
-def test_cli_json(server: ScriptedServer, cli: CliRunner) -> None:
-    server.when("17 multiplied", Answer(content="391"))
+def test_cli_json(server: FakeOpenAIServer, cli: CliRunner) -> None:
+    server.when("17 multiplied", Reply(content="391"))
     code, out, _ = invoke(
         cli, "test", "core", "--case", "math-multiply", "--url", server.url, "--json"
     )
@@ -342,7 +344,7 @@ def test_judge_not_regex() -> None:
 # --- input errors -----------------------------------------------------------------------------
 
 
-def test_unknown_suite(cli: CliRunner, server: ScriptedServer) -> None:
+def test_unknown_suite(cli: CliRunner, server: FakeOpenAIServer) -> None:
     code, _, err = invoke(cli, "test", "cor", "--url", server.url)
     assert code == 2
     assert err.strip() == (
@@ -351,7 +353,7 @@ def test_unknown_suite(cli: CliRunner, server: ScriptedServer) -> None:
     )
 
 
-def test_unknown_case(cli: CliRunner, server: ScriptedServer) -> None:
+def test_unknown_case(cli: CliRunner, server: FakeOpenAIServer) -> None:
     code, _, err = invoke(cli, "test", "core", "--case", "math-multiplyy", "--url", server.url)
     assert code == 2
     assert err.startswith(
@@ -401,7 +403,7 @@ def test_unreachable_server(cli: CliRunner) -> None:
 
 
 def test_wrong_api_key(
-    cli: CliRunner, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+    cli: CliRunner, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
     code, _, err = invoke(cli, "test", "core", "--url", server.url)
@@ -410,7 +412,7 @@ def test_wrong_api_key(
     assert "sk-wrong" not in err
 
 
-def test_cases_file_errors(tmp_path: Path, cli: CliRunner, server: ScriptedServer) -> None:
+def test_cases_file_errors(tmp_path: Path, cli: CliRunner, server: FakeOpenAIServer) -> None:
     bad = tmp_path / "gates.yaml"
     bad.write_text(
         "suites:\n  mine:\n    description: d\n    cases:\n"

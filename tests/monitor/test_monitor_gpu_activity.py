@@ -8,7 +8,8 @@ import pytest
 from sm120.engine.gpu_readings import GpuReading, ScriptedSource
 from sm120.monitor.gpu_activity import GpuState, describe_gpus, gpu_state
 from sm120.monitor.watchdog import Activity, WedgeDetector, frozen_verdict
-from tests.monitor.test_monitor_watchdog import COMPILE_LINE, snap
+from tests.fakes.engine_logs import COMPILE_LINE
+from tests.helpers import snap
 
 # A 600 W card: idle with weights loaded, spinning in a kernel, and NCCL spin-waiting.
 IDLE = GpuReading(0, util_pct=0.0, power_w=62.0, power_limit_w=600.0, temperature_c=40.0)

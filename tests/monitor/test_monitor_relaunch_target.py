@@ -14,7 +14,7 @@ import pytest
 from sm120.core.errors import SM120Error
 from sm120.engine.state import DeploymentState, deployment_dir, save_state
 from sm120.monitor.files import MonitorFiles
-from sm120.monitor.target import DeploymentTarget, RestartFailed
+from sm120.monitor.watched import DeploymentTarget, RestartFailed
 
 
 def recorded(name: str = "tiny", supervisor_pid: int = 101) -> DeploymentState:

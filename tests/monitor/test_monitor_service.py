@@ -4,9 +4,7 @@ and a stand-in target (what the real runtime does is covered by the integration 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +13,21 @@ import pytest
 from sm120.engine.gpu_readings import GpuReading, NoGpus, ScriptedSource
 from sm120.engine.runtime.base import ExitInfo
 from sm120.monitor.files import MonitorFiles, MonitorSettings
-from sm120.monitor.service import MonitorService
+from sm120.monitor.poll_loop import MonitorService
 from sm120.monitor.summary import monitor_summary, summary_lines
-from sm120.monitor.target import ServerState
+from sm120.monitor.watched import ServerState
+from tests.fakes.openai_server import FakeOpenAIServer
 
 
-class ScriptedServer:
-    """Answers /health with `health` and /metrics from the counters set on it."""
+class ScriptedServer(FakeOpenAIServer):
+    """The fake server, its /metrics read from the gauges and counters set on it."""
 
     def __init__(self) -> None:
-        self.health = 200
+        super().__init__(model="m")
         self.running = 0.0
         self.generation = 0.0
         self.prompt = 0.0
         self.started = 1000.0
-        self.authorizations: list[str | None] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def metrics_text(self) -> str:
         labels = '{engine="0",model_name="m"}'
@@ -46,32 +40,6 @@ class ScriptedServer:
             f"vllm:generation_tokens_total{labels} {self.generation}\n"
             f"vllm:iteration_tokens_total_count{labels} {self.generation}\n"
         )
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn does
-
-            def do_GET(self) -> None:
-                server.authorizations.append(self.headers.get("Authorization"))
-                if self.path == "/health":
-                    body, status = b"", server.health
-                else:
-                    body, status = server.metrics_text().encode(), 200
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        return Handler
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
 
 class StandInTarget:
@@ -125,9 +93,8 @@ class Clock:
 
 @pytest.fixture
 def scripted() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    yield server
-    server.close()
+    with ScriptedServer() as server:
+        yield server
 
 
 def make(
@@ -180,7 +147,7 @@ def test_polling_leaves_the_port_free_when_the_server_dies(
         service.step()
         clock.now += 1
     port = int(scripted.url.rsplit(":", 1)[1])
-    scripted.close()  # the server dies while the monitor is between polls
+    scripted.stop()  # the server dies while the monitor is between polls
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", port))
 
@@ -224,13 +191,13 @@ def test_a_dead_server_is_reported_once_and_ends_the_monitor(
 
 def test_health_503_is_an_alert_per_episode(tmp_path: Path, scripted: ScriptedServer) -> None:
     service, _target, clock, _ = make(tmp_path, scripted)
-    scripted.health = 503
+    scripted.health_status = 503
     for _ in range(3):
         clock.now += 1
         service.step()
-    scripted.health = 200
+    scripted.health_status = 200
     service.step()
-    scripted.health = 503
+    scripted.health_status = 503
     service.step()
     assert kinds(service) == ["health", "health"]
     assert service.alerts[0].message.startswith("/health answers 503")
@@ -342,7 +309,7 @@ def test_a_restart_that_never_gets_ready_is_reported(
 
     def restart_unhealthy(stop_timeout_s: float) -> None:
         restart(stop_timeout_s)
-        scripted.health = 500  # the new server answers, but never becomes healthy
+        scripted.health_status = 500  # the new server answers, but never becomes healthy
 
     target.restart = restart_unhealthy  # type: ignore[method-assign]
     service.step()

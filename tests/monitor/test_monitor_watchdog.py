@@ -14,26 +14,15 @@ from sm120.monitor.watchdog import (
     WedgeDetector,
     breaker_state_from,
 )
+from tests.fakes.engine_logs import COMPILE_LINE
+from tests.helpers import snap
 
-COMPILE_LINE = (
-    "(EngineCore pid=12) INFO 06-21 10:00:00 [backends.py:383] Cache the graph of compile range "
-    "(8193, 16384) for later use"
-)
 STALL_LINE = (
     "(EngineCore pid=12) WARNING 06-30 04:12:00 [shm_broadcast.py:466] No available shared "
     "memory broadcast block found in 60 seconds. This typically happens when some processes "
     "are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache "
     "quantization)."
 )
-
-
-def snap(generated: float, running: float = 1.0, prompt: float = 10.0) -> MetricsSnapshot:
-    return MetricsSnapshot(
-        at=0.0,
-        mono=0.0,
-        counters={"generation_tokens": generated, "prompt_tokens": prompt, "iterations": generated},
-        running=running,
-    )
 
 
 def test_frozen_counters_with_running_requests_wedge_at_the_timeout() -> None:

@@ -16,8 +16,7 @@ from sm120.core.errors import PlanError
 from sm120.plan.fit import kv
 from sm120.plan.fit.dsv4_packed import deepseek_v4_packed
 from sm120.plan.fit.memory import packs_dsv4_upstream
-from tests.helpers import REPO, invoke
-from tests.plan.test_planner_kv import BF16, DSV4, FP8
+from tests.helpers import BF16, DSV4, FP8, REPO, invoke
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 

@@ -7,10 +7,9 @@ import pytest
 from sm120.core.errors import PlanError
 from sm120.plan.fit import kv
 from sm120.recipe.schema import ModelDims
+from tests.helpers import BF16, DSV4, FP8
 
 GIB = 1024**3
-FP8 = kv.KVDtype("fp8", fp8=True)
-BF16 = kv.KVDtype("bfloat16", fp8=False, element_bytes=2)
 
 GLM47 = ModelDims(
     num_hidden_layers=92,
@@ -27,16 +26,6 @@ GLM52 = ModelDims(
     index_head_dim=128,
     index_topk_freq=4,
     index_skip_topk_offset=3,
-    num_nextn_predict_layers=1,
-    max_position_embeddings=1048576,
-)
-DSV4 = ModelDims(
-    num_hidden_layers=43,
-    num_key_value_heads=1,
-    head_dim=512,
-    index_head_dim=128,
-    compress_ratios=(0, 0, *([4, 128] * 20), 4, 0),
-    sliding_window=128,
     num_nextn_predict_layers=1,
     max_position_embeddings=1048576,
 )

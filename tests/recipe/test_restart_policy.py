@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from sm120.deploy.monitoring import prepare_cluster_monitor, settings_from_plan
 from sm120.monitor.files import load_settings
 from sm120.plan.resolve import PlanRequest, resolve
-from sm120.recipe.restart import RestartPolicy, is_failure, parse_restart_policy
+from sm120.recipe.restart_policy import RestartPolicy, is_failure, parse_restart_policy
 from sm120.render.container import docker_restart_policy
 from tests.helpers import invoke, one_line_error
 

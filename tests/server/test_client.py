@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -14,11 +13,11 @@ from sm120.server.client import (
     BadServerResponse,
     ServerClient,
     ServerUnreachable,
-    TransportWording,
     smoke_test,
-    translate_transport_errors,
 )
+from sm120.server.transport import TransportWording, translate_transport_errors
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.helpers import free_port
 
 SECRET = "sk-test-3f9a1c-do-not-leak"
 MODEL = "fake-model"
@@ -34,13 +33,6 @@ def server() -> Iterator[FakeOpenAIServer]:
 def client(server: FakeOpenAIServer) -> Iterator[ServerClient]:
     with ServerClient(server.url) as http:
         yield http
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_health_and_models(client: ServerClient) -> None:
@@ -60,7 +52,7 @@ def test_health_reports_unhealthy_status() -> None:
 
 
 def test_refused_connection_gives_no_health_and_a_clear_error() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with ServerClient(url, timeout=2.0) as http:
         assert http.health() is None
         with pytest.raises(ServerUnreachable) as caught:
@@ -124,8 +116,8 @@ def test_non_streaming_splits_reasoning_and_content(
     assert result.ttft_s is None
     assert result.decode_tps is None
     assert result.total_s > 0
-    assert server.requests[0]["max_tokens"] == 50
-    assert "chat_template_kwargs" not in server.requests[0]
+    assert server.chat_requests[0]["max_tokens"] == 50
+    assert "chat_template_kwargs" not in server.chat_requests[0]
 
 
 def test_non_streaming_reads_reasoning_content_field(
@@ -166,7 +158,7 @@ def test_streaming_reports_deltas_in_order(
 
 def test_streaming_asks_for_usage(server: FakeOpenAIServer, client: ServerClient) -> None:
     client.chat([{"role": "user", "content": "hi"}], MODEL, stream=True)
-    body = server.requests[0]
+    body = server.chat_requests[0]
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
 
@@ -201,7 +193,7 @@ def test_thinking_toggle_sends_both_template_kwargs(
     server: FakeOpenAIServer, client: ServerClient, thinking: bool
 ) -> None:
     client.chat([{"role": "user", "content": "hi"}], MODEL, thinking=thinking)
-    assert server.requests[0]["chat_template_kwargs"] == {
+    assert server.chat_requests[0]["chat_template_kwargs"] == {
         "enable_thinking": thinking,
         "thinking": thinking,
     }
@@ -256,7 +248,7 @@ def test_smoke_test_passes_on_content(server: FakeOpenAIServer, client: ServerCl
     assert result.content == "READY"
     assert result.failure_id is None
     assert result.message == "answered: READY"
-    sent = server.requests[0]
+    sent = server.chat_requests[0]
     assert sent["messages"] == [{"role": "user", "content": "Reply with exactly: READY"}]
     assert sent["max_tokens"] == 64
     assert sent["temperature"] == 0.0

@@ -20,19 +20,15 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.weights.download import git_blob_id
-from sm120.weights.files import needed_files
-from sm120.weights.manifest import download_lock, partial_dir, read_manifest
+from sm120.weights.download_record import download_lock, partial_dir, read_manifest
+from sm120.weights.selection import needed_files
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import UNWANTED, checkpoint, write_files
-from tests.fakes.hub import FakeHub, Seen
+from tests.fakes.hub import GLM47, GLM47_COMMIT, GLM52, TOKEN, FakeHub, Seen
 from tests.helpers import REPO, invoke
 
-GLM47 = "Salyut1/GLM-4.7-NVFP4"
-GLM47_COMMIT = "531df318dbe2877b24881f6e15024c7f945e7048"
-GLM52 = "0xSero/GLM-5.2-NVFP4-REAP-469B"
 CHUNK = 10 * 1024 * 1024  # huggingface_hub hands bytes over in 10 MiB chunks
 BIG = "model-00001-of-00002.safetensors"
-TOKEN = "hf_sEcReT0123456789abcdefTOKEN"
 
 
 @pytest.fixture
@@ -321,7 +317,7 @@ def test_pinned_revision_missing_on_the_hub(cli: CliRunner, hub: FakeHub, tmp_pa
 
 
 def test_unreachable_hub(cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.integration.realstack import free_port
+    from tests.helpers import free_port
 
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     # huggingface_hub retries five times with backoff (23 s): keep its retries, skip the waits.

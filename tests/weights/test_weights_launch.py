@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 from sm120.deploy.checked import CheckedPlan
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.weights.download import QuietEvents
+from sm120.weights.download_record import read_manifest, write_manifest
 from sm120.weights.ensure import WeightsIncomplete, ensure_weights, with_managed_dir
-from sm120.weights.manifest import read_manifest, write_manifest
 from sm120.weights.verify import verify_dir
 from tests.fakes.checkpoints import checkpoint, write_files
-from tests.fakes.hub import FakeHub
+from tests.fakes.hub import GLM47, GLM47_COMMIT, GLM52, TOKEN, FakeHub
 from tests.helpers import invoke
-from tests.weights.test_weights_download import GLM47, GLM47_COMMIT, GLM52, TOKEN
 
 HW = ("--gpus", "4", "--arch", "sm_120")
 # What the GLM-5.2 config.json says about its sparse indexer (F09), scaled down to 4 layers.
@@ -131,7 +130,7 @@ def test_a_folder_at_another_commit_is_not_served(
     cli: CliRunner, hub: FakeHub, tmp_path: Path, served: list[CheckedPlan]
 ) -> None:
     folder = write_files(tmp_path / "ckpt", checkpoint())
-    from sm120.weights.manifest import Manifest
+    from sm120.weights.download_record import Manifest
 
     write_manifest(folder, Manifest(repo=GLM47, revision=None, commit="f" * 40))
     code, _, err = invoke(cli, "launch", "glm47", *HW, "--model-dir", str(folder))

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sm120.core.defaults import STOP_TIMEOUT_S
+from sm120.engine.background import start_detached
 from sm120.engine.cluster.aggregate import record_exit
 from sm120.engine.cluster.node import NodeError
 from sm120.engine.cluster.nodes import node_from
@@ -55,17 +56,9 @@ class ClusterRuntime(ExitFileAndLog):
         folder = deployment_dir(name)
         (folder / EXIT_FILE).unlink(missing_ok=True)
         private_dir(folder / "logs")
-        own_log = os.open(folder / AGGREGATOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", AGGREGATOR_MODULE, name],
-                stdin=subprocess.DEVNULL,
-                stdout=own_log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            os.close(own_log)
+        process = start_detached(
+            [sys.executable, "-m", AGGREGATOR_MODULE, name], folder / AGGREGATOR_LOG
+        )
         _aggregators[process.pid] = process
         return process.pid
 

@@ -31,6 +31,41 @@ class LaunchSpec:
     # Docker runtime: the rendered containers.run arguments (sm120.render.container).
     container: Mapping[str, Any] | None = None
 
+    def started(
+        self,
+        runtime: str,
+        started_at: float,
+        log_path: Path,
+        exit_file: Path,
+        supervisor_pid: int,
+        supervisor_start: int | None,
+        *,
+        engine_pid: int | None = None,
+        engine_start: int | None = None,
+        container_id: str | None = None,
+    ) -> DeploymentState:
+        """The state a runtime records for what it started from this spec: the spec's fields,
+        the supervisor, and the engine (a process, or a container)."""
+        return DeploymentState(
+            name=self.name,
+            recipe=self.recipe,
+            runtime=runtime,
+            supervisor_pid=supervisor_pid,
+            supervisor_start=supervisor_start,
+            engine_pid=engine_pid,
+            engine_start=engine_start,
+            container_id=container_id,
+            host=self.host,
+            port=self.port,
+            plan_hash=self.plan_hash,
+            started_at=started_at,
+            log_path=str(log_path),
+            exit_file=str(exit_file),
+            served_model_name=self.served_model_name,
+            model_dir=self.model_dir,
+            api_key_file=self.api_key_file,
+        )
+
 
 @dataclass
 class ExitInfo:

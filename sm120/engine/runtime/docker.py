@@ -55,22 +55,13 @@ class DockerRuntime(ExitFileAndLog):
         started_at = time.time()
         container = docker_api.run_container(self.client, spec.container)
         capture = _spawn_capture(container.id, log_path, exit_file)
-        state = DeploymentState(
-            name=spec.name,
-            recipe=spec.recipe,
-            runtime=RUNTIME_NAME,
-            supervisor_pid=capture.pid,
-            supervisor_start=start_ticks(capture.pid),
-            engine_pid=None,
-            host=spec.host,
-            port=spec.port,
-            plan_hash=spec.plan_hash,
-            started_at=started_at,
-            log_path=str(log_path),
-            exit_file=str(exit_file),
-            served_model_name=spec.served_model_name,
-            model_dir=spec.model_dir,
-            api_key_file=spec.api_key_file,
+        state = spec.started(
+            RUNTIME_NAME,
+            started_at,
+            log_path,
+            exit_file,
+            capture.pid,
+            start_ticks(capture.pid),
             container_id=str(container.id),
         )
         save_state(state)

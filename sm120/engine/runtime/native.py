@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.core.errors import SM120Error
+from sm120.engine.background import start_detached
 from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.engine.runtime.processes import (
@@ -87,24 +88,16 @@ class NativeRuntime(ExitFileAndLog):
         started_at = time.time()
         supervisor = _spawn_supervisor(spec, log_path, exit_file)
         engine_pid = _wait_for_engine_pid(supervisor)
-        state = DeploymentState(
-            name=spec.name,
-            recipe=spec.recipe,
-            runtime=RUNTIME_NAME,
-            supervisor_pid=supervisor.pid,
+        state = spec.started(
+            RUNTIME_NAME,
+            started_at,
+            log_path,
+            exit_file,
+            supervisor.pid,
             # Our unreaped child: its /proc entry stays even if it has exited already.
-            supervisor_start=start_ticks(supervisor.pid),
+            start_ticks(supervisor.pid),
             engine_pid=engine_pid,
             engine_start=start_ticks(engine_pid) if engine_pid else None,
-            host=spec.host,
-            port=spec.port,
-            plan_hash=spec.plan_hash,
-            started_at=started_at,
-            log_path=str(log_path),
-            exit_file=str(exit_file),
-            served_model_name=spec.served_model_name,
-            model_dir=spec.model_dir,
-            api_key_file=spec.api_key_file,
         )
         save_state(state)
         return state
@@ -194,18 +187,7 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
     # The supervisor writes the engine's output to log_path itself (rotated); its own
     # stdout/stderr only matter if it crashes, and that goes beside the log.
     own_log = log_path.with_name(SUPERVISOR_LOG)
-    log_fd = os.open(own_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        supervisor = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            env={**_inherited_env(), **spec.env},
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
+    supervisor = start_detached(argv, own_log, env={**_inherited_env(), **spec.env})
     _started[supervisor.pid] = supervisor
     return supervisor
 

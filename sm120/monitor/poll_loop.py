@@ -38,7 +38,6 @@ from sm120.monitor.metrics import (
     rates_between,
 )
 from sm120.monitor.peaks import JsonlRing, PeakTracker, iso_time, read_json, write_json_atomically
-from sm120.monitor.target import Target
 from sm120.monitor.watchdog import (
     RESTARTABLE,
     Activity,
@@ -46,7 +45,8 @@ from sm120.monitor.watchdog import (
     WedgeDetector,
     breaker_state_from,
 )
-from sm120.recipe.restart import is_failure
+from sm120.monitor.watched import Target
+from sm120.recipe.restart_policy import is_failure
 
 RECENT_LINES = 200
 LIVE_ALERTS = 20
