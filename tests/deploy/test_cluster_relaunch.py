@@ -33,7 +33,8 @@ from sm120.engine.state import LOCK_FILE, DeploymentState, load_state
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.process import running_monitor
 from tests.fakes.cluster import FakeCluster, make_fake_cluster
-from tests.integration.realstack import free_port, wait_for
+from tests.helpers import free_port
+from tests.integration.realstack import wait_for
 
 FAST = ("--set", "monitor.poll_s=1", "--set", "monitor.restart_backoff_s=1")
 

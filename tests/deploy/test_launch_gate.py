@@ -155,7 +155,7 @@ def test_gate_that_cannot_reach_the_server(
 
 
 def test_failing_gate_stops_the_monitor_before_the_server(
-    ready: tuple[SimpleNamespace, ScriptedServer], monkeypatch: pytest.MonkeyPatch
+    ready: tuple[SimpleNamespace, FakeOpenAIServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The stop sequence of `sm120 stop`: a monitor still watching would restart the server
     the gate just stopped."""
