@@ -91,10 +91,12 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
     )
 
 
-def sm120_env(home: Path, vllm_python: str) -> dict[str, str]:
+def sm120_env(home: Path, vllm_python: str, tree: Path = REPO) -> dict[str, str]:
+    """The environment sm120 runs in: its own home, and `tree`'s sm120 package first on the
+    path (another checkout's, for an A/B of two commits with --compare-tree)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_")}
     env.update(SM120_HOME=str(home), NO_COLOR="1", VLLM_PYTHON=vllm_python)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     return env
 
 
@@ -200,13 +202,19 @@ def launch_args(model: Path, port: int, extra_sets: tuple[str, ...] = ()) -> tup
 
 
 def sm120_ready(
-    args: argparse.Namespace, model: Path, cache: Path, home: Path, log: Path | None = None
+    args: argparse.Namespace,
+    model: Path,
+    cache: Path,
+    home: Path,
+    log: Path | None = None,
+    tree: Path = REPO,
 ) -> tuple[float, dict[str, float]]:
     """Seconds from `sm120 launch` to its READY line (the banner's first line, printed once the
     smoke test answered), and where the whole command's time went: before the engine was
     spawned (CLI start, preflight, plan), spawn to exit (the engine, the wait, the smoke test,
-    the monitor's start and the banner), and the command's exit."""
-    env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(cache)}
+    the monitor's start and the banner), and the command's exit; and the CPU seconds the
+    command itself used (user + system), which its wait loop would inflate."""
+    env = {**sm120_env(home, args.vllm_python, tree), "VLLM_CACHE_ROOT": str(cache)}
     argv = [sys.executable, "-m", "sm120", *launch_args(model, free_port())]
     began_epoch, started = time.time(), time.perf_counter()
     launched = subprocess.Popen(
@@ -219,10 +227,12 @@ def sm120_ready(
         if ready_at is None and line.startswith("READY"):
             ready_at = time.perf_counter() - started
     stderr = launched.stderr.read() if launched.stderr else ""
-    launched.wait()
+    _, status, usage = os.wait4(launched.pid, 0)
+    launched.returncode = os.waitstatus_to_exitcode(status)
     took = time.perf_counter() - started
     split = _launch_split(home, "".join(stdout), began_epoch, took)
     split["exit_s"] = round(took, 2)
+    split["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
     if log is not None:
         served = home / "deployments" / "tiny" / "logs" / "serve.log"
         if served.exists():
@@ -249,6 +259,7 @@ def _launch_split(home: Path, banner: str, began_epoch: float, took: float) -> d
 def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     model = tiny_model(args, work)
     cache = work / "vllm-cache"
+    other: Path | None = args.compare_tree
     # Both sides start once before the pairs: each fills its own first-run caches (compile
     # cache entry, bytecode, the page cache), so the pairs compare warm with warm.
     logs = work / "launch-logs"
@@ -256,20 +267,39 @@ def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     log("priming: one bare start, then one sm120 start")
     first = bare_ready(args, model, cache, BENCH_KEY, logs / "bare-0.log")
     first_sm120, _ = sm120_ready(args, model, cache, work / "home-ready", logs / "sm120-0.log")
+    if other is not None:
+        sm120_ready(args, model, cache, work / "home-other", logs / "other-0.log", tree=other)
     ours: list[float] = []
     bare: list[float] = []
+    theirs: list[float] = []
     splits: list[dict[str, float]] = []
+    their_splits: list[dict[str, float]] = []
+    sides = ("sm120", "bare") if other is None else ("sm120", "bare", "other")
     for pair in range(1, args.launch_pairs + 1):
-        order = ("sm120", "bare") if pair % 2 else ("bare", "sm120")
-        for which in order:
+        # Each side goes first in turn, so a drift over the run falls on all of them alike.
+        shift = (pair - 1) % len(sides)
+        for which in sides[shift:] + sides[:shift]:
             if which == "sm120":
                 home = work / "home-ready"
                 took, split = sm120_ready(args, model, cache, home, logs / f"sm120-{pair}.log")
                 ours.append(took)
                 splits.append(split)
+            elif which == "other":
+                assert other is not None
+                took, split = sm120_ready(
+                    args, model, cache, work / "home-other", logs / f"other-{pair}.log", other
+                )
+                theirs.append(took)
+                their_splits.append(split)
             else:
                 bare.append(bare_ready(args, model, cache, BENCH_KEY, logs / f"bare-{pair}.log"))
-        log(f"pair {pair}: sm120 {ours[-1]:.1f} s {splits[-1]}, bare {bare[-1]:.1f} s")
+        compared = f", other {theirs[-1]:.1f} s {their_splits[-1]}" if theirs else ""
+        log(f"pair {pair}: sm120 {ours[-1]:.1f} s {splits[-1]}, bare {bare[-1]:.1f} s{compared}")
+        # Written after every pair: a call cut short by the device's time limit keeps its pairs.
+        so_far = {"pairs_done": pair, "sm120_s": ours, "bare_s": bare, "sm120_split_s": splits}
+        if other is not None:
+            so_far |= {"other_tree": str(other), "other_s": theirs, "other_split_s": their_splits}
+        (args.out / f"launch-pairs-{args.label}.json").write_text(json.dumps(so_far, indent=2))
     with tarfile.open(Path(args.out) / f"launch-logs-{args.label}.tgz", "w:gz") as archive:
         archive.add(logs, arcname="launch-logs")
     ready, bare_s = statistics.median(ours), statistics.median(bare)
@@ -286,6 +316,14 @@ def step_launch(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "first_sm120_ready_s": round(first_sm120, 2),
         }
     }
+    if other is not None:
+        found["launch"]["compare_tree"] = {
+            "tree": str(other),
+            "ready_s": round(statistics.median(theirs), 2),
+            "ratio": round(statistics.median(theirs) / bare_s, 3),
+            "ready_samples_s": [round(x, 2) for x in theirs],
+            "split_s": their_splits,
+        }
     # The deployment the bench measures: launched, chatted with, status read; left up.
     home = work / "home"
     env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(cache)}
@@ -601,6 +639,11 @@ def main() -> None:
         "--only", default="", help="planner: only these cases, e.g. glm52,glm47:fp8"
     )
     parser.add_argument("--launch-pairs", type=int, default=4)
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        help="launch: also time sm120 from this checkout in every pair (an A/B of two commits)",
+    )
     parser.add_argument("--bench-rounds", type=int, default=6)
     parser.add_argument("--bench-requests", type=int, default=16)
     parser.add_argument("--bench-model", choices=sorted(BENCH_SHAPES), default="tiny")

@@ -10,6 +10,9 @@
 # machine to themselves: DeepSeek-V4's planner at TP 1 and the P2P tests, the planner at TP 2,
 # the launch pairs, then the gateway's sleep/wake test (each test's output in its own log).
 # `wait` waits for the jobs and copies their results into $OUT.
+#   bash benchmarks/gpu_proof_device.sh ab DIR  # launch A/B: this checkout's sm120 against the
+#                                               # one in DIR (e.g. `git archive OLD | tar -x`),
+#                                               # bare vllm serve beside both; then `wait`
 set -u
 export VLLM_PYTHON=/tmp/py PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -47,6 +50,15 @@ start)
     fi
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
   ;;
+ab)
+  [ -d "${2:-}/sm120" ] || { echo "usage: $0 ab DIR (a checkout with sm120/ in it)" >&2; exit 2; }
+  mkdir -p "$work"
+  touch "$work/planner.done"
+  setsid bash -c "
+    $proof --label launch-ab --steps facts,launch --launch-pairs ${PAIRS:-3} --compare-tree $(realpath "$2")
+    touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  exit 0
+  ;;
 wait)
   deadline=$((SECONDS + ${2:-560}))
   until [ -e "$work/serve.done" ] && [ -e "$work/planner.done" ]; do
@@ -55,13 +67,13 @@ wait)
   done
   ;;
 *)
-  echo "usage: $0 start|wait [seconds]" >&2
+  echo "usage: $0 start|ab DIR|wait [seconds]" >&2
   exit 2
   ;;
 esac
 grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
 tail -n 3 "$work"/pytest-*.log 2>/dev/null
 if [ -n "${OUT:-}" ]; then
-  cp "$work"/gpu-proof-*.json "$OUT"/ 2>/dev/null
+  cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$OUT"/ 2>/dev/null
   tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
 fi

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sm120.engine.runtime import processes
 from sm120.engine.runtime.base import ExitInfo, LaunchSpec
-from sm120.engine.runtime.native import NativeRuntime, NativeRuntimeError
+from sm120.engine.runtime.native import NativeRuntime, NativeRuntimeError, owned_group
 from sm120.engine.state import DeploymentState, load_state
 from tests.fakes.standin import spec_for
 from tests.helpers import processes_in_group, wait_for
@@ -312,3 +313,71 @@ def test_supervisor_rejects_a_malformed_command_line(tmp_path: Path) -> None:
 )
 def test_exit_info_describe(exit_info: ExitInfo, text: str) -> None:
     assert exit_info.describe() == text
+
+
+# --- is it running: one /proc read while the supervisor or the engine lives ----------------
+
+
+def _no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything scans every process (what a launch's wait and the monitor
+    must not do many times a second while the supervisor or the engine still runs)."""
+
+    def scanned(pgid: int) -> list[int]:
+        raise AssertionError(f"scanned /proc for process group {pgid}")
+
+    monkeypatch.setattr(processes, "group_members", scanned)
+
+
+def test_running_is_read_from_the_supervisor_without_a_process_scan(
+    runtime: NativeRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = runtime.start(spec_for(tmp_path, PRINT_THEN_SLEEP), tmp_path / "e.log")
+    with monkeypatch.context() as patched:
+        _no_scan(patched)
+        status = runtime.status(state)
+    assert status.running and status.pid == state.engine_pid
+
+
+def test_an_engine_that_outlived_its_supervisor_still_runs_without_a_scan(
+    runtime: NativeRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = runtime.start(spec_for(tmp_path, PRINT_THEN_SLEEP), tmp_path / "e.log")
+    os.kill(state.supervisor_pid, signal.SIGKILL)
+    wait_for(lambda: not processes.RecordedProcess(state.supervisor_pid, state.supervisor_start)
+             .is_running())  # fmt: skip
+    with monkeypatch.context() as patched:
+        _no_scan(patched)
+        assert runtime.status(state).running
+    runtime.stop(state, timeout=5)
+    assert processes_in_group(state.supervisor_pid) == []
+
+
+def test_what_is_left_in_the_group_after_both_ended_is_found_by_the_scan(
+    runtime: NativeRuntime, tmp_path: Path
+) -> None:
+    state = runtime.start(spec_for(tmp_path, WITH_GRANDCHILD), tmp_path / "e.log")
+    wait_for(lambda: len(processes_in_group(state.supervisor_pid)) == 3)
+    # Neither the supervisor nor the engine records anything: both are killed outright.
+    assert state.engine_pid is not None
+    os.kill(state.engine_pid, signal.SIGKILL)
+    os.kill(state.supervisor_pid, signal.SIGKILL)
+    wait_for(lambda: len(processes_in_group(state.supervisor_pid)) == 1)
+    group = owned_group(state)
+    assert group.has_live_member() and group.members() == processes_in_group(state.supervisor_pid)
+    runtime.stop(state, timeout=5)
+    assert not owned_group(state).has_live_member()
+
+
+def test_a_stranger_with_the_recorded_numbers_is_not_a_live_member(tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        wait_for(lambda: processes.start_ticks(stranger.pid) is not None)
+        wrong_start = (processes.start_ticks(stranger.pid) or 0) + 1
+        group = processes.OwnedGroup(
+            leader=processes.RecordedProcess(stranger.pid, wrong_start),
+            engine=processes.RecordedProcess(stranger.pid, wrong_start),
+        )
+        assert not group.has_live_member()
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -124,7 +124,7 @@ class NativeRuntime(ExitFileAndLog):
     def status(self, state: DeploymentState) -> RuntimeStatus:
         exit_info = self.exit_info(state)
         group = owned_group(state)
-        running = exit_info is None and bool(live_members(group))
+        running = exit_info is None and has_live_member(group)
         pid = None
         if running and group.engine is not None and group.engine.is_running():
             pid = group.engine.pid
@@ -217,6 +217,13 @@ def live_members(group: OwnedGroup) -> list[int]:
     # leader would otherwise still look like a member.
     _reap_finished_supervisors()
     return group.members()
+
+
+def has_live_member(group: OwnedGroup) -> bool:
+    """`live_members(group)` is not empty, found without a process scan while the supervisor
+    or the engine runs."""
+    _reap_finished_supervisors()
+    return group.has_live_member()
 
 
 def signal_members(group: OwnedGroup, signum: int, *, spare: int | None) -> None:

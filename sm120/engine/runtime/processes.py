@@ -130,6 +130,18 @@ class OwnedGroup:
         """Live members, or none at all when the group is not provably ours."""
         return group_members(self.pgid) if self.is_ours() else []
 
+    def has_live_member(self) -> bool:
+        """Whether anything of the group still runs. The leader or the engine answers it with
+        one /proc read; only when both are gone does it take the scan of every process that
+        `members` does (a launch's wait and the monitor ask many times a second)."""
+        if self.leader.is_running():
+            return True  # a session leader stays in its own group: a member, provably ours
+        if self.engine is not None and self.engine.is_running():
+            engine = stat_fields(self.engine.pid)
+            if engine is not None and engine.pgrp == self.pgid:
+                return True
+        return bool(self.members())
+
 
 def started_at(ticks: int) -> float | None:
     """A start time in clock ticks since boot, as seconds since the epoch."""
