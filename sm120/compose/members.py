@@ -11,7 +11,8 @@ from sm120.core.errors import SM120Error
 from sm120.gateway.config import DEFAULT_HOST, DEFAULT_PORT
 from sm120.images.facts import TOOLKIT_PYTHON
 from sm120.plan.gpu_sets import DEVICE_PREFIX, parse_gpu_set, placement_set
-from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
+from sm120.plan.request import plan_request
+from sm120.plan.resolve import LaunchPlan, resolve
 from sm120.render.compose_project import GATEWAY_SERVICE, ComposeMember, GatewaySpec
 
 # Compose service names; they are also hostnames on the project's network and file names.
@@ -54,11 +55,12 @@ def build_project(
     members = []
     for service, (recipe, served) in named.items():
         plan = resolve(
-            PlanRequest(
-                recipe=recipe,
+            plan_request(
+                recipe,
+                environ=request.environ,
                 port=_port(service, ports[service]) if service in ports else None,
                 served_name=served,
-                environ=request.environ,
+                dotenv={},
             )
         )
         gpu_ids = _gpu_set(service, plan, placements.get(service))

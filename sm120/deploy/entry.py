@@ -23,7 +23,8 @@ from sm120.doctor.detect import detect
 from sm120.images.facts import ENGINE_PYTHON_FILE
 from sm120.images.manifest import MANIFEST_PATH
 from sm120.plan.hardware import Hardware
-from sm120.plan.resolve import LaunchPlan, PlanRequest
+from sm120.plan.request import plan_request
+from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import env_allow_list
 from sm120.recipe.envkeys import check_dotenv_keys
 from sm120.recipe.knobs import KNOBS
@@ -103,12 +104,12 @@ def container_plan(
     # The host path in MODEL_DIR is mounted at /model by compose.yaml.
     model_dir = str(paths.model_dir) if paths.model_dir.is_dir() else None
     dotenv.pop("MODEL_DIR", None)
-    request = PlanRequest(
-        recipe=recipe,
-        dotenv=dotenv,
+    request = plan_request(
+        recipe,
         environ={k: v for k, v in environ.items() if k.startswith("SM120_")},
         model_dir=model_dir,
         force=force,
+        dotenv=dotenv,
     )
     checked = checked_plan(request, hardware or detect())
     plan = checked.plan

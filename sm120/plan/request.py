@@ -1,10 +1,11 @@
 """The one way a command's inputs become a `PlanRequest`.
 
 Every command that resolves a plan from what a user typed (launch, doctor, download, plan,
-build, compose, recipes show) builds its request here, so all of them read the same layers:
-the recipe, the variants, the .env file, the SM120_* environment and the command line. Two
-commands that read different layers would resolve different plans, and so tag different
-images, for the same recipe.
+build, compose and each service of a compose project, recipes show) and the container
+entrypoint (from the .env compose mounts) builds its request here, so all of them read the
+same layers: the recipe, the variants, the .env file, the SM120_* environment and the
+command line. Two commands that read different layers would resolve different plans, and so
+tag different images, for the same recipe.
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ def plan_request(
     model_dir: str | None = None,
     port: int | None = None,
     host: str | None = None,
+    served_name: str | None = None,
     no_think: bool = False,
     force: Iterable[str] = (),
     env_file: Path | None = None,
+    dotenv: Mapping[str, str] | None = None,
 ) -> PlanRequest:
     """The request for `recipe` as a command gives it. `environ` is handed in (the caller's
-    os.environ) so that what the plan reads from the process stays visible at the call."""
-    dotenv_path = env_file or (DEFAULT_ENV_FILE if DEFAULT_ENV_FILE.is_file() else None)
+    os.environ) so that what the plan reads from the process stays visible at the call.
+
+    The .env layer is `env_file`, else ./.env when there is one; a caller that has its
+    settings already (the container entrypoint's mounted .env or environment) hands them in
+    as `dotenv`, and `dotenv={}` reads none (a compose project's services, whose variants
+    are their recipes' defaults)."""
     return PlanRequest(
         recipe=recipe,
         variants=split_variants(variants),
@@ -45,8 +52,14 @@ def plan_request(
         model_dir=model_dir,
         port=port,
         host=host,
+        served_name=served_name,
         thinking=False if no_think else None,
         force=tuple(force),
-        dotenv=read_dotenv(dotenv_path) if dotenv_path else {},
+        dotenv=dict(dotenv) if dotenv is not None else _read_env_file(env_file),
         environ=dict(environ),
     )
+
+
+def _read_env_file(env_file: Path | None) -> dict[str, str]:
+    dotenv_path = env_file or (DEFAULT_ENV_FILE if DEFAULT_ENV_FILE.is_file() else None)
+    return read_dotenv(dotenv_path) if dotenv_path else {}

@@ -79,6 +79,15 @@ def test_two_tiny_services_route_by_their_names(cli: CliRunner, tmp_path: Path) 
     ]
 
 
+def test_a_project_reads_no_env_file(cli: CliRunner, tmp_path: Path) -> None:
+    # A .env names one recipe's settings; a project's services keep their recipes' defaults.
+    (tmp_path / ".env").write_text("PORT=8123\n")  # the tests run in tmp_path
+    code, _, err = _write(cli, tmp_path, *PROJECTS["tiny-fast"])
+    assert code == 0, err
+    services = yaml.safe_load((tmp_path / "compose.yaml").read_text())["services"]
+    assert services["tiny"]["ports"] == ["127.0.0.1:8000:8000"]
+
+
 def test_gpu_sets_become_docker_device_ids(cli: CliRunner, tmp_path: Path) -> None:
     code, _, err = _write(cli, tmp_path, *PROJECTS["dsv4-glm52-split"])
     assert code == 0, err

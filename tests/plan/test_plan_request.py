@@ -61,3 +61,14 @@ def test_command_line_values_are_carried() -> None:
         False,
     )
     assert plan_request("tiny", environ={}).thinking is None
+
+
+def test_settings_handed_in_replace_the_env_file(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("PORT=8001\n")
+    assert plan_request("tiny", environ={}, dotenv={"PORT": "8003"}).dotenv == {"PORT": "8003"}
+    assert plan_request("tiny", environ={}, dotenv={}).dotenv == {}
+
+
+def test_the_served_name_is_carried() -> None:
+    assert plan_request("tiny", environ={}, served_name="fast").served_name == "fast"
+    assert plan_request("tiny", environ={}).served_name is None
