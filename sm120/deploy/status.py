@@ -16,7 +16,10 @@ from sm120.engine.secrets import read_api_key
 from sm120.engine.state import DeploymentState, deployment_dir
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.summary import monitor_summary
-from sm120.server.client import BadServerResponse, bounded_request
+from sm120.server.client import BadServerResponse, ServerClient, bounded_request
+
+# A status is a glance: each read gives up after this many seconds.
+_READ_TIMEOUT = 5.0
 
 
 def _age(seconds: float) -> str:
@@ -34,7 +37,7 @@ def _metrics(base: str) -> dict[str, float]:
     }
     found: dict[str, float] = {}
     try:
-        with httpx.Client(timeout=5.0) as http:
+        with httpx.Client(timeout=_READ_TIMEOUT) as http:
             text = bounded_request(http, "GET", f"{base}/metrics").text
     except (httpx.HTTPError, BadServerResponse):
         return found
@@ -93,13 +96,9 @@ def describe(state: DeploymentState) -> dict[str, Any]:
 
 
 def _health(base: str, key: str | None) -> int | None:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    try:
-        # Only the status matters: the body is never read.
-        with httpx.stream("GET", f"{base}/health", headers=headers, timeout=5.0) as response:
-            return response.status_code
-    except httpx.HTTPError:
-        return None
+    """The status /health answers with, or None when nothing answers."""
+    with ServerClient(base, key, timeout=_READ_TIMEOUT) as server:
+        return server.health()
 
 
 def tail_lines(path: str, count: int) -> tuple[list[str], int]:

@@ -6,8 +6,9 @@ core, `sm120.server.transport`. HTTP that does not go through that core, and why
 - the monitor's polls (sm120.monitor.poll_loop, .metrics, .watched): a client without
   keep-alive, so a connection left open never holds the port a restart needs; /metrics is
   still read through the core's `bounded_request`;
-- one-shot reads within seconds: `status` (/health, and /metrics through `bounded_request`;
-  sm120.deploy.status) and the gateway's /health probe (sm120.gateway.control);
+- one-shot reads within seconds: `status`'s /metrics (through `bounded_request`;
+  sm120.deploy.status, whose /health is `ServerClient.health`) and the gateway's /health
+  probe (sm120.gateway.control);
 - registries and PyPI, which are not model servers (sm120.images.pins, .updates);
 - aiohttp: the load generator, whose streaming must add as little as it can to every TTFT
   (sm120.measure.load), and the gateway, an aiohttp server that proxies from its own event
