@@ -30,6 +30,7 @@ from sm120.deploy.cluster_start import ClusterStart, save_cluster_start
 
 # The single-host launcher's steps, reused as they are (same checks, same READY probe).
 from sm120.deploy.launcher import (
+    ABANDON_TIMEOUT_S,
     LaunchError,
     LaunchOptions,
     PhaseView,
@@ -41,6 +42,7 @@ from sm120.deploy.launcher import (
     wait_and_smoke,
 )
 from sm120.deploy.monitoring import prepare_cluster_monitor, start_for
+from sm120.deploy.stop import stop_sequence
 from sm120.engine.cluster.node import Node, NodeError, StartRequest
 from sm120.engine.cluster.nodes import make_nodes
 from sm120.engine.cluster.preflight import check, probe_all, probe_requests
@@ -157,9 +159,7 @@ def _launch_cluster_locked(
         ready = wait_and_smoke(checked, runtime, state, options, view, started)
     except BaseException:
         progress("stopping every node")
-        with contextlib.suppress(NodeError):
-            runtime.stop(state, timeout=10.0)
-        clear_state(options.name)
+        abandon_start(state, runtime)
         raise
     # What the monitor relaunches from (--restart on-failure, wedge restarts); kept without
     # one too, for a monitor started by hand (`sm120 monitor --serve`).
@@ -168,6 +168,16 @@ def _launch_cluster_locked(
         prepare_cluster_monitor(prepared.plan, options.name, request.runtime)
         ready.monitor_pid = start_for(options.name)
     return ready
+
+
+def abandon_start(state: DeploymentState, runtime: ClusterRuntime) -> None:
+    """A launch that failed stops through the one stop sequence, as on one host. A node that
+    cannot be reached is not reported (its error would hide the one that ended the launch),
+    and the state goes all the same."""
+    try:
+        stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
+    except NodeError:
+        clear_state(state.name)
 
 
 def relaunch_cluster(
