@@ -120,16 +120,11 @@ def docker_spec(
         cache.mkdir(parents=True, exist_ok=True)
     where.hf_cache.mkdir(parents=True, exist_ok=True)
     run = render_container(plan, where)
-    return LaunchSpec(
+    return LaunchSpec.for_plan(
+        plan,
         name=deployment,
-        recipe=plan.recipe,
         argv=tuple(container_argv(plan, network)),
         env=run["environment"],
-        host=plan.host,
-        port=plan.port,
-        plan_hash=plan.plan_hash,
-        served_model_name=plan.model.served_name,
-        model_dir=plan.model_dir,
         api_key_file=str(key_file),
         container=run,
     )

@@ -199,16 +199,11 @@ def start_spec(
 ) -> LaunchSpec:
     key_file = ensure_api_key(options.name, options.api_key)
     env = {**render_env(plan, api_key=read_api_key(str(key_file))), **(extra_env or {})}
-    return LaunchSpec(
+    return LaunchSpec.for_plan(
+        plan,
         name=options.name,
-        recipe=plan.recipe,
         argv=tuple(render_argv(plan, python=python)),
         env=env,
-        host=plan.host,
-        port=plan.port,
-        plan_hash=plan.plan_hash,
-        served_model_name=plan.model.served_name,
-        model_dir=plan.model_dir,
         api_key_file=str(key_file),
     )
 

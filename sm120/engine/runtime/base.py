@@ -7,10 +7,13 @@ import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.engine.state import DeploymentState, StateError
+
+if TYPE_CHECKING:
+    from sm120.plan.resolve import LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,33 @@ class LaunchSpec:
     api_key_file: str | None
     # Docker runtime: the rendered containers.run arguments (sm120.render.container).
     container: Mapping[str, Any] | None = None
+
+    @classmethod
+    def for_plan(
+        cls,
+        plan: LaunchPlan,
+        *,
+        name: str,
+        argv: tuple[str, ...],
+        env: Mapping[str, str],
+        api_key_file: str,
+        container: Mapping[str, Any] | None = None,
+    ) -> LaunchSpec:
+        """The spec that starts `plan` as deployment `name`, natively or in a container: what
+        the plan says of itself, and how this runtime runs it."""
+        return cls(
+            name=name,
+            recipe=plan.recipe,
+            argv=argv,
+            env=env,
+            host=plan.host,
+            port=plan.port,
+            plan_hash=plan.plan_hash,
+            served_model_name=plan.model.served_name,
+            model_dir=plan.model_dir,
+            api_key_file=api_key_file,
+            container=container,
+        )
 
     def started(
         self,
