@@ -21,6 +21,7 @@ from sm120.core.errors import SM120Error
 from sm120.core.net import is_host
 from sm120.core.paths import sm120_home
 from sm120.core.pidlock import PidLock, lock_holder
+from sm120.core.records import field_values
 
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
@@ -110,15 +111,7 @@ class DeploymentState:
         naming the first bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"it holds {type(data).__name__}, not a JSON object")
-        values: dict[str, Any] = {}
-        # Unknown keys come from newer versions of sm120: ignore them rather than refuse.
-        for field in dataclasses.fields(cls):
-            if field.name not in data:
-                if field.default is dataclasses.MISSING:
-                    raise ValueError(f"'{field.name}' is missing")
-                continue
-            values[field.name] = _checked(field.name, data[field.name])
-        return cls(**values)
+        return cls(**field_values(cls, data, _checked))
 
     @classmethod
     def from_json(cls, text: str) -> DeploymentState:

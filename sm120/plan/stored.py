@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sm120.core.errors import PlanError
+from sm120.core.records import field_values
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.schema import (
     Baseline,
@@ -64,15 +65,8 @@ def plan_from_data(data: object) -> LaunchPlan:
     """The plan plan_to_data saw; PlanError when the data is not one."""
     if not isinstance(data, dict) or data.get("format") != STORED_PLAN_FORMAT:
         raise _unusable("it is not a plan this sm120 wrote")
-    values: dict[str, Any] = {}
     try:
-        for item in dataclasses.fields(LaunchPlan):
-            if item.name not in data:
-                if item.default is dataclasses.MISSING:
-                    raise _unusable(f"'{item.name}' is missing")
-                continue
-            values[item.name] = _field_value(item.name, data[item.name])
-        return LaunchPlan(**values)
+        return LaunchPlan(**field_values(LaunchPlan, data, _field_value))
     except (ValidationError, TypeError, ValueError) as exc:
         raise _unusable(str(exc).splitlines()[0]) from None
 
