@@ -7,7 +7,7 @@ exactly what `sm120 launch` would accept; the unit itself comes from sm120.deplo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,7 +23,13 @@ app = typer.Typer(
 
 # Launch options after NAME are passed through untouched (and checked by launch's parser).
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-SYSTEM_HELP = "A system unit in /etc/systemd/system (root) instead of a user unit."
+ServedRecipeArg = Annotated[str, typer.Argument(help="Recipe to serve, as for 'sm120 launch'.")]
+SystemOpt = Annotated[
+    bool,
+    typer.Option(
+        "--system", help="A system unit in /etc/systemd/system (root) instead of a user unit."
+    ),
+]
 
 
 def register(root: typer.Typer) -> None:
@@ -99,8 +105,8 @@ def _service_request(recipe: str, args: list[str], system: bool) -> ServiceReque
 @cli_errors
 def print_unit(
     context: typer.Context,
-    recipe: str = typer.Argument(..., help="Recipe to serve, as for 'sm120 launch'."),
-    system: bool = typer.Option(False, "--system", help=SYSTEM_HELP),
+    recipe: ServedRecipeArg,
+    system: SystemOpt = False,
 ) -> None:
     """Print the unit for `sm120 launch NAME [launch options]`; writes nothing."""
     from sm120.deploy.service import render_unit
@@ -112,8 +118,8 @@ def print_unit(
 @cli_errors
 def install(
     context: typer.Context,
-    recipe: str = typer.Argument(..., help="Recipe to serve, as for 'sm120 launch'."),
-    system: bool = typer.Option(False, "--system", help=SYSTEM_HELP),
+    recipe: ServedRecipeArg,
+    system: SystemOpt = False,
     now: bool = typer.Option(False, "--now", help="Also run the systemctl commands it prints."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print path and unit; write nothing."),
 ) -> None:
@@ -148,7 +154,7 @@ def install(
 @cli_errors
 def uninstall(
     deployment: str = typer.Argument(..., help="Deployment name (the recipe unless --name)."),
-    system: bool = typer.Option(False, "--system", help=SYSTEM_HELP),
+    system: SystemOpt = False,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be removed."),
 ) -> None:
     """Remove a unit sm120 wrote, once disabled (systemctl disable --now first)."""
