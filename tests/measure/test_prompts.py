@@ -10,6 +10,7 @@ import pytest
 
 from sm120.measure.prompts import (
     ATTEMPTS,
+    ATTEMPTS_AFTER_VLLM,
     VLLM_RETRIES,
     ConsecutiveIds,
     RandomDatasetPrompts,
@@ -213,12 +214,23 @@ def test_random_dataset_prompts_count_exactly_as_the_server_counts_them() -> Non
 
 
 def test_a_prompt_that_never_comes_out_exact_goes_out_as_its_run_of_ids() -> None:
-    toy = ToyServer(odd_counts=False)
+    counted: list[str] = []
+
+    class Counting(ToyServer):
+        def tokenize(
+            self, model: str, *, prompt: str | None = None, special_tokens: bool = False
+        ) -> list[int] | None:
+            counted.append(prompt or "")
+            return super().tokenize(model, prompt=prompt, special_tokens=special_tokens)
+
+    toy = Counting(odd_counts=False)
     ids = ConsecutiveIds(vocabulary(len(ToyServer.PIECES)), seed=2)
     twin = ConsecutiveIds(vocabulary(len(ToyServer.PIECES)), seed=2)
     maker = RandomDatasetPrompts(toy, "m", ids, specials=0)
     assert maker.make(9, 1) == [twin.run(9)]
     assert maker.as_ids == 1
+    # vLLM's tries, then the longer trimming that follows them
+    assert len(counted) == VLLM_RETRIES + 1 + ATTEMPTS_AFTER_VLLM
 
 
 def test_where_vllms_loop_stops_short_of_the_length_the_trimming_goes_on(
