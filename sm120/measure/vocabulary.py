@@ -50,9 +50,11 @@ class Vocabulary:
 
 
 def find_vocabulary(folders: Iterable[str | None]) -> Vocabulary | None:
-    """The vocabulary of the first folder that holds a readable tokenizer.json."""
+    """The vocabulary of the first folder that holds a readable tokenizer.json. Absolute
+    paths only: a relative one is a Hub repo id ("Qwen/Qwen3-8B") or relative to the
+    server's working directory, and a folder of that name here is not what it loaded."""
     for folder in folders:
-        if folder:
+        if folder and Path(folder).is_absolute():
             found = read_vocabulary(Path(folder))
             if found is not None:
                 return found

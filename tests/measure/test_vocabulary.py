@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sm120.measure.vocabulary import find_vocabulary, read_vocabulary
 
 
@@ -122,3 +124,13 @@ def test_the_first_folder_with_a_readable_tokenizer_wins(tmp_path: Path) -> None
     found = find_vocabulary(folders)
     assert found is not None and found.source == str(good / "tokenizer.json")
     assert find_vocabulary(folders[:-1]) is None
+
+
+def test_a_relative_root_is_not_looked_up_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what /v1/models gives as the root of a model served from the Hub
+    write(tmp_path / "Qwen" / "Qwen3-8B", {"model": {"type": "BPE", "vocab": bpe(["a", "b"])}})
+    monkeypatch.chdir(tmp_path)
+    assert read_vocabulary(Path("Qwen/Qwen3-8B")) is not None  # the folder is readable
+    assert find_vocabulary(["Qwen/Qwen3-8B"]) is None
