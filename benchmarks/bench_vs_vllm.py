@@ -15,19 +15,26 @@ Starts `sm120 launch tiny` in a scratch SM120_HOME, then:
   2. request level: vLLM's own request function against sm120's, alternating request by
      request (benchmarks/request_ab.py, run by the engine's Python), medians over all pairs
      and over the pairs where neither stream arrived in bursts.
+Our prompts are built as `vllm bench serve --dataset-name random` builds its own (runs of
+consecutive token ids over the vocabulary, decoded to text, exact length; see
+sm120/measure/prompts.py), so both tools send text that costs the server the same to
+tokenize; `--prompts text-pool` measures with the ordinary-text prompts of before.
 The ratio is sm120 / vllm per figure (the goal: within 5%). Decode tok/s is the inverse mean
 time per output token over the streams that did not arrive in one burst, one rule for both
 tools (vLLM's side from its --save-detailed per-request record); "all streams" is the same
 over every stream, which is what `vllm bench serve` prints as 1 / mean TPOT.
 
 Run: VLLM_PYTHON=... python benchmarks/bench_vs_vllm.py [--rounds 12] [--requests 16]
-     [--pairs 30] [--home DIR]    (~11 minutes with the defaults on 2 cores)
+     [--pairs 30] [--home DIR] [--prompts text-pool]    (~11 minutes with the defaults on 2
+     cores)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import random
 import statistics
@@ -38,14 +45,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sm120.measure.bench import BenchOptions, run_bench
+from sm120.measure.bench import BenchOptions, PromptSource, run_bench
 from sm120.measure.target import Target, target_for_deployment
 
 # `vllm bench serve`'s random prompts are runs of consecutive token ids; on the tiny model's
 # 512-id vocabulary a run's prompt often starts where an earlier one did, and the prefix cache
 # then serves most of it (seen: 768-token TTFTs of 7-15 ms among 30 ms ones, 31,360 cached
-# tokens). Our prompts are drawn id by id and never share a block. Off, both tools measure
-# prefill; `sm120 bench` notes any cache hit in its report either way.
+# tokens). Ours are runs of consecutive ids too, but no two of one bench start at the same id,
+# so they never share a block. Off, both tools measure prefill; `sm120 bench` notes any cache
+# hit in its report either way.
 PREFIX_CACHE_OFF = ("--set", "enable-prefix-caching=false")
 
 # per tool, per prompt length: each round's per-request TTFTs (ms) in the order sent
@@ -76,9 +84,12 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
     if not (report["decode"] or {}).get("tps"):
         raise SystemExit(f"no decode figure: {json.dumps(report['decode'])}; {report['notes']}")
     decode = report["decode"]
+    # Every stream of a run in one burst leaves no inter-token time to invert: no "all
+    # streams" figure that round (NaN; print_table leaves the round out of that row).
+    every = decode["tps_all_requests"]
     found = {
         "decode tok/s": float(decode["tps"]),
-        "decode tok/s, all streams": float(decode["tps_all_requests"]),
+        "decode tok/s, all streams": float("nan") if every is None else float(every),
         "bursty decode streams": float(decode["bursty"]),
         "prefix-cache hit tokens": float((report.get("prefix_cache") or {}).get("hit_tokens", 0)),
     }
@@ -103,6 +114,11 @@ def main() -> None:
         "--prefix-caching",
         action="store_true",
         help="keep vLLM's prefix cache on (off by default: see PREFIX_CACHE_OFF)",
+    )
+    parser.add_argument(
+        "--prompts",
+        choices=("vllm-random", "text-pool"),
+        help="how sm120 makes its prompts (sm120 bench's default when not given)",
     )
     args = parser.parse_args()
     lengths = tuple(int(n) for n in args.lengths.split(","))
@@ -150,6 +166,7 @@ def compare(
         decode_tokens=args.decode_tokens,
         requests=args.requests,
         report=lambda line: print(line, file=sys.stderr),
+        prompts=args.prompts,
     )
 
 
@@ -163,6 +180,7 @@ def run_rounds(
     requests: int,
     report: Callable[[str], None],
     vllm_python: str | None = None,
+    prompts: PromptSource | None = None,
 ) -> tuple[dict[str, Any], Positions]:
     """Rounds of both tools, the one that goes first swapped every round; each figure's
     samples per side, and each prompt length's TTFTs by place in the run."""
@@ -179,6 +197,8 @@ def run_rounds(
                 requests=requests,
                 vllm_python=vllm_python,
             )
+            if prompts is not None:
+                options = dataclasses.replace(options, prompts=prompts)
             found = run_bench(target, options, lambda _line: None, home / "runs" / str(number))
             side = "vllm" if tool == "vllm" else "sm120"
             for name, value in figures(found).items():
@@ -251,8 +271,16 @@ def print_table(samples: dict[str, Any], rounds: int) -> None:
         f"figure (median of {rounds})        sm120      vllm bench serve   sm120/vllm"
         "   90% interval"
     )
-    for name, theirs in samples["vllm"].items():
-        ours = samples["sm120"][name]
+    for name, both in samples["vllm"].items():
+        rounds_kept = [
+            (a, b)
+            for a, b in zip(samples["sm120"][name], both, strict=True)
+            if not (math.isnan(a) or math.isnan(b))
+        ]
+        if not rounds_kept:
+            print(f"{name:<30} {'-':>10}   {'-':>14}   {'-':>10}")
+            continue
+        ours, theirs = [a for a, _ in rounds_kept], [b for _, b in rounds_kept]
         mine, their = statistics.median(ours), statistics.median(theirs)
         if not their:
             print(f"{name:<30} {mine:>10.3f}   {their:>14.3f}   {'-':>10}")

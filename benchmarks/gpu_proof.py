@@ -13,8 +13,10 @@ Steps (all by default, in this order; each one's failure is recorded and the res
             same command line to its first answer, warm compile cache, pairs alternating;
             then launch, chat, status (the deployment stays up for `bench`)
   bench     `sm120 bench` against `vllm bench serve` on that server, the tool that goes
-            first swapped every round: decode tok/s and TTFT at 256/768/2048/8192 tokens;
-            then /metrics and the engine log into captures.tgz, and stop
+            first swapped every round: decode tok/s and TTFT at 256/768/2048/8192 tokens,
+            both tools' prompts built as vLLM's random dataset builds them (--bench-prompts
+            text-pool: sm120's ordinary-text prompts of before); then /metrics and the
+            engine log into captures.tgz, and stop
   planner   reduced-layer configs of GLM-4.7, GLM-5.2 and DeepSeek-V4-Flash
             (benchmarks/reduced_models.py) served with dummy weights at a fixed
             --kv-cache-memory-bytes; the engine's "GPU KV cache size" against `sm120 plan`
@@ -44,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sm120.measure.bench import BenchOptions
 from sm120.plan.resolve import PlanRequest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -397,6 +400,7 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             requests=args.bench_requests,
             vllm_python=args.vllm_python,
             report=log,
+            prompts=args.bench_prompts,
         )
         capture_metrics(target.base_url, target.api_key, work)
     finally:
@@ -404,7 +408,9 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         run([sys.executable, "-m", "sm120", "stop"], env=sm120_env(home, args.vllm_python))
     shape = BENCH_SHAPES[args.bench_model]
     served = "tiny" if shape is None else f"{args.bench_model}: Llama {shape}, dummy weights"
-    return {"bench": {**bench_summary(samples, args.bench_rounds), "model": served}}
+    prompts = args.bench_prompts or BenchOptions().prompts
+    summary = bench_summary(samples, args.bench_rounds)
+    return {"bench": {**summary, "model": served, "prompts": prompts}}
 
 
 def bench_summary(samples: dict[str, dict[str, list[float]]], rounds: int) -> dict[str, Any]:
@@ -647,6 +653,11 @@ def main() -> None:
     parser.add_argument("--bench-rounds", type=int, default=6)
     parser.add_argument("--bench-requests", type=int, default=16)
     parser.add_argument("--bench-model", choices=sorted(BENCH_SHAPES), default="tiny")
+    parser.add_argument(
+        "--bench-prompts",
+        choices=("vllm-random", "text-pool"),
+        help="how sm120 makes its bench prompts (sm120 bench's default when not given)",
+    )
     parser.add_argument("--planner-timeout", type=float, default=420)
     parser.add_argument("--merge", nargs="+", type=Path, help="combine gpu-proof-*.json files")
     parser.add_argument("--logs", type=Path, help="with --merge: the captured planner logs")
@@ -793,7 +804,8 @@ def markdown(data: dict[str, Any]) -> str:
         detail = bench["detail"]
         lines += [
             f"| sm120 bench / vllm bench serve ({bench['rounds']} rounds, model "
-            f"{bench.get('model', 'tiny')}) | ratio | 90% interval |",
+            f"{bench.get('model', 'tiny')}, sm120 prompts {bench.get('prompts', 'text-pool')}) "
+            "| ratio | 90% interval |",
             "|---|---|---|",
             f"| decode tok/s | {detail['decode']['ratio']} | {detail['decode']['interval90']} |",
         ]

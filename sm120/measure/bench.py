@@ -3,8 +3,9 @@
 Which tool measures what (`--tool auto`):
   decode and the concurrency sweep  -> `vllm bench serve` in the engine's environment, the
                                        well-kept tool, when it can run there; else ours
-  TTFT / prefill at each length     -> ours: text prompts that the server's tokenizer turns
-                                       into exact lengths, and a streamed TTFT per request
+  TTFT / prefill at each length     -> ours: text prompts built as vLLM's random dataset
+                                       builds them, at exact lengths, and a streamed TTFT
+                                       per request
   speculative-decoding acceptance   -> the server's /metrics counters, before and after
 Every figure in the report names the tool that produced it.
 """
@@ -21,7 +22,7 @@ from sm120.core.defaults import BENCH_SETTLE_S
 from sm120.core.errors import SM120Error
 from sm120.measure import metrics
 from sm120.measure.load import LoadResult, Prompt, TokenPool, run_load, text_prompts
-from sm120.measure.prompts import TextPrompts
+from sm120.measure.prompts import ConsecutiveIds, RandomDatasetPrompts, TextPrompts
 from sm120.measure.target import Target
 from sm120.measure.text import vocabulary_sample
 from sm120.measure.vllm_bench import (
@@ -34,9 +35,15 @@ from sm120.measure.vllm_bench import (
     parse_serve_result,
     run_serve_benchmarks,
 )
+from sm120.measure.vocabulary import Vocabulary, find_vocabulary
+from sm120.server.wire import Wire
 
 OURS = "sm120"
 OURS_HOW = "aiohttp, streamed /v1/completions, text prompts of exact token lengths"
+OURS_HOW_RANDOM = (
+    OURS_HOW + ", built as vllm bench serve --dataset-name random builds them (runs of "
+    "consecutive ids over the tokenizer's {size:,}-id vocabulary)"
+)
 OURS_HOW_IDS = "aiohttp, streamed /v1/completions, exact token-id prompts"
 OURS_HOW_APPROXIMATE = "aiohttp, streamed /v1/completions, text prompts of approximate lengths"
 METRICS = "/metrics counters"
@@ -48,6 +55,7 @@ SWEEP_OUTPUT_TOKENS = 128
 
 Mode = Literal["quick", "default", "sweep"]
 Tool = Literal["auto", "vllm", "ours"]
+PromptSource = Literal["vllm-random", "text-pool"]
 Progress = Callable[[str], None]
 
 
@@ -72,6 +80,9 @@ class BenchOptions:
     # (tokenizer, dataset), so without this the two tools would not measure the same server.
     settle_s: float = BENCH_SETTLE_S
     """Pause before each measured phase, whichever tool runs it."""
+    prompts: PromptSource = "vllm-random"
+    """How our prompts are made: as `vllm bench serve`'s random dataset makes them (when the
+    tokenizer's files can be read), or drawn from ordinary-text tokens (the way before)."""
 
 
 @dataclass(frozen=True)
@@ -173,20 +184,30 @@ class BenchRun:
     result_dir: Path
     report: dict[str, Any] = field(default_factory=dict)
     _pool: TokenPool | None = None
+    _random: ConsecutiveIds | None = None
+    _vocabulary: Vocabulary | None = None
+    _specials: int = 0
     _seed: int = 0
     prompts_made: int = 0
     prompts_as_ids: int = 0
 
     def prompts(self, length: int, count: int) -> list[Prompt]:
         self._seed += 1
-        if self._pool is None:
+        if self._pool is None and self._random is None:
             return text_prompts(length, count, seed=self._seed)
-        drawn = [self._pool.prompt(length) for _ in range(count)]
         with self.target.wire(timeout=600.0) as wire:
-            maker = TextPrompts(wire, self.target.model, self._pool)
-            made = maker.make(drawn, length)
+            if self._random is not None:
+                maker = RandomDatasetPrompts(wire, self.target.model, self._random, self._specials)
+                made = maker.make(length, count)
+                as_ids = maker.as_ids
+            else:
+                assert self._pool is not None
+                drawn = [self._pool.prompt(length) for _ in range(count)]
+                pooled = TextPrompts(wire, self.target.model, self._pool)
+                made = pooled.make(drawn, length)
+                as_ids = pooled.as_ids
         self.prompts_made += count
-        self.prompts_as_ids += maker.as_ids
+        self.prompts_as_ids += as_ids
         return made
 
 
@@ -199,11 +220,7 @@ def run_bench(
     executor = _vllm_executor(run)
     with target.wire(timeout=600.0) as wire:
         before = metrics.parse_counters(wire.metrics_text() or "")
-        ids = wire.tokenize(target.model, prompt=vocabulary_sample())
-    if ids and len(set(ids)) >= 8:
-        run._pool = TokenPool(ids, seed=int(time.time()))
-    else:
-        run.report["notes"].append("no /tokenize: prompt lengths are approximate (text)")
+        _choose_prompts(run, wire)
     vllm_figures = _run_vllm(run, executor) if executor is not None else {}
     _decode(run, vllm_figures)
     _prefill(run, vllm_figures)
@@ -218,6 +235,40 @@ def run_bench(
     if any(figure.get("tool") == OURS for figure in figures):
         run.report["tools"][OURS] = _how_we_prompted(run)
     return run.report
+
+
+def _choose_prompts(run: BenchRun, wire: Wire) -> None:
+    """vLLM's random-dataset construction where the server tokenizes both ways and the
+    tokenizer's files can be read; else ids drawn from ordinary text; else approximate text."""
+    model, seed = run.target.model, int(time.time())
+    ids = wire.tokenize(model, prompt=vocabulary_sample())
+    if not ids or len(set(ids)) < 8:
+        run.report["notes"].append("no /tokenize: prompt lengths are approximate (text)")
+        return
+    run._pool = TokenPool(ids, seed=seed)
+    if run.options.prompts != "vllm-random" or wire.detokenize(model, ids[:4]) is None:
+        return
+    folders = _tokenizer_folders(run.target)
+    vocabulary = find_vocabulary(folders)
+    if vocabulary is None:
+        looked = ", ".join(folders) or "no folder known"
+        run.report["notes"].append(
+            f"no tokenizer.json to read ({looked}): our prompts are ordinary-text tokens, not "
+            "built as vllm bench serve's random dataset builds them, and tokenize differently"
+        )
+        return
+    with_specials = wire.tokenize(model, prompt=vocabulary_sample(), special_tokens=True)
+    run._random = ConsecutiveIds(vocabulary, seed)
+    run._vocabulary = vocabulary
+    run._specials = max(0, len(with_specials or ids) - len(ids))
+
+
+def _tokenizer_folders(target: Target) -> list[str]:
+    """Where the served tokenizer's files may be on this machine: the path the engine loaded
+    (a native deployment, a local URL), else the deployment's model folder (a container
+    loads it from a mount, under another path)."""
+    state_dir = target.state.model_dir if target.state is not None else None
+    return [folder for folder in (target.model_root, state_dir) if folder]
 
 
 def _how_we_prompted(run: BenchRun) -> str:
@@ -235,13 +286,16 @@ def _how_we_prompted(run: BenchRun) -> str:
             f"{as_ids} of {made} prompts did not tokenize back to their exact length as text "
             "and went out as token ids (their TTFT leaves out tokenizing)"
         )
+    if run._vocabulary is not None:
+        return OURS_HOW_RANDOM.format(size=run._vocabulary.size)
     return OURS_HOW
 
 
 def _prefix_cache(run: BenchRun, figures: metrics.PrefixCacheFigures | None) -> None:
     """Every prompt is meant to be new. A cached prefix makes TTFT read fast: `vllm bench
     serve`'s random prompts are runs of consecutive token ids, so on a small vocabulary
-    (the tiny model has 512 ids) one run's prompt often starts where an earlier one did."""
+    (the tiny model has 512 ids) one run's prompt often starts where an earlier one did.
+    Ours are built the same way but never from a start used before in the run."""
     run.report["prefix_cache"] = None if figures is None else {**figures.as_dict(), "tool": METRICS}
     if figures is not None and figures.hit_tokens:
         run.report["notes"].append(

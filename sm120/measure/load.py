@@ -1,9 +1,9 @@
 """Our own load generator: streamed /v1/completions requests at exact prompt lengths.
 
-Prompts are drawn id by id from ids the server's own tokenizer produced, so no two prompts
-share a prefix (the prefix cache would otherwise turn a prefill measurement into a cache-hit
-measurement); `sm120 bench` sends them as text of the exact length (measure/prompts.py), and
-this client takes token ids too. Timing follows `vllm bench serve`:
+Prompts come from measure/prompts.py, text of the exact length (this client takes token ids
+too), and no two share a prefix: the prefix cache would otherwise turn a prefill measurement
+into a cache-hit measurement. `TokenPool` is where its fallback prompts come from: ids drawn
+one by one from those the server's own tokenizer produced. Timing follows `vllm bench serve`:
 TTFT is the first streamed chunk that carries a token, decode rate is (tokens - 1) over the
 time from that chunk to the last one.
 

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 
+BOS_ID = 1
+
+
 def handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         fake = server
@@ -123,6 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
             count = words(str(body.get("prompt", "")))
         # Ids stand for words: 1000 + a hash bucket, so pools built from them are varied.
         ids = [1000 + (i * 7919) % 5000 for i in range(count)]
+        if "messages" not in body and self.fake.adds_bos and body.get("add_special_tokens", True):
+            ids, count = [BOS_ID, *ids], count + 1
         self._json(200, {"count": count, "max_model_len": self.fake.max_model_len, "tokens": ids})
 
     def _detokenize(self, body: dict[str, Any]) -> None:
@@ -224,7 +229,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completions(self, body: dict[str, Any]) -> None:
         prompt = body.get("prompt")
-        prompt_tokens = len(prompt) if isinstance(prompt, list) else words(str(prompt))
+        if isinstance(prompt, list):
+            prompt_tokens = len(prompt)
+        else:
+            prompt_tokens = words(str(prompt)) + (1 if self.fake.adds_bos else 0)
         max_tokens = int(body.get("max_tokens") or 16)
         if self._too_long(prompt_tokens, max_tokens):
             return

@@ -116,6 +116,9 @@ class FakeOpenAIServer(LoopbackServer):
         """Prompts seen (ids, or words for text), as every 16-token block prefix."""
         self.detokenizes = True
         """False: answer /detokenize with 404, as a server without the endpoint."""
+        self.adds_bos = False
+        """True: a text prompt gets one more token, a BOS, where vLLM would add it (a
+        completion, a /tokenize asked for special tokens)."""
         self._script = _Script()
         super().__init__(handler_for(self), _QuietServer, address=address)
 

@@ -150,9 +150,13 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     )  # fmt: skip
     assert code == 0, err[-3000:]
     assert ours["decode"]["tool"] == "sm120"
+    # built as vllm bench serve's random dataset builds them, from the tokenizer.json the
+    # engine loaded: the tiny model's 512 ids (6 of them special)
     assert ours["tools"] == {
         "vllm bench serve": "not used (--tool ours)",
-        "sm120": "aiohttp, streamed /v1/completions, text prompts of exact token lengths",
+        "sm120": "aiohttp, streamed /v1/completions, text prompts of exact token lengths, "
+        "built as vllm bench serve --dataset-name random builds them (runs of consecutive "
+        "ids over the tokenizer's 512-id vocabulary)",
     }
     # every prompt's text tokenized back to its exact length on the real tokenizer
     assert not any("token ids" in note for note in ours["notes"])
@@ -162,7 +166,7 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     assert bool(ours["decode"]["bursty"]) == any("in bursts" in n for n in ours["notes"])
     assert sane_seconds(ours["prefill"][0]["ttft_s"])
     # vLLM's own counters: every prompt we sent was queried, none was served from the cache
-    # (our prompts are drawn id by id; a block-long shared prefix would take a 1-in-512^16)
+    # (runs of consecutive ids, as vLLM's, but no two of them from the same start)
     cache = ours["prefix_cache"]
     assert cache["tool"] == "/metrics counters" and cache["hit_tokens"] == 0
     assert cache["queried_tokens"] >= 2 * 64 + 3 * 256  # decode, warm-up and measured prompts

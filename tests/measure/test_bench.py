@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 import statistics
@@ -293,14 +294,106 @@ def test_prompts_that_would_not_settle_as_text_are_counted(
     ) in report["notes"]
 
 
+def tokenizer_files(folder: Path, size: int = 40) -> Path:
+    """A tokenizer.json of `size` base ids, the first two special (<s> and </s>)."""
+    vocab = {"<s>": 0, "</s>": 1, **{f"p{i}": i for i in range(2, size)}}
+    added = [{"id": i, "content": t, "special": True} for t, i in (("<s>", 0), ("</s>", 1))]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(
+        json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": added})
+    )
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>"})
+    )
+    return folder
+
+
+def random_bench(
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tokenizer: Path, **options: Any
+) -> dict[str, Any]:
+    """`quick_bench` against a server whose tokenizer files are in `tokenizer`."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    found = dataclasses.replace(target_for_url(scripted.url, None), model_root=str(tokenizer))
+    chosen = BenchOptions(
+        mode="quick", tool="ours", lengths=(48,), decode_tokens=8, requests=2, settle_s=0.0
+    )
+    return run_bench(found, dataclasses.replace(chosen, **options), print, Path("unused"))
+
+
+def test_bench_builds_prompts_as_vllm_bench_serves_random_dataset(
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    scripted.adds_bos = True
+    report = random_bench(scripted, monkeypatch, tokenizer_files(tmp_path))
+    # the fake's /detokenize spells id i as "wi": each prompt is a run of consecutive ids
+    # over 2..39 (0 and 1 are special), wrapping, one id short of its length: the server adds
+    # a BOS to text, as vLLM's random dataset expects
+    runs = [[int(word[1:]) for word in prompt.split()] for prompt in sent_prompts(scripted)]
+    assert [len(run) for run in runs] == [63, 63, 47, 47, 47]  # 2 decode, warm-up, 2 measured
+    for run in runs:
+        assert all(after == (before - 1) % 38 + 2 for before, after in itertools.pairwise(run))
+    assert len({run[0] for run in runs}) == 5
+    # as the server counted them: exact
+    assert scripted.counters.prompt_tokens == 2 * 64 + 3 * 48
+    assert report["prefix_cache"]["hit_tokens"] == 0
+    assert report["tools"]["sm120"] == (
+        "aiohttp, streamed /v1/completions, text prompts of exact token lengths, built as vllm "
+        "bench serve --dataset-name random builds them (runs of consecutive ids over the "
+        "tokenizer's 40-id vocabulary)"
+    )
+    assert not any("tokenizer.json" in note or "token ids" in note for note in report["notes"])
+
+
+def test_without_tokenizer_files_the_prompts_are_drawn_from_text_and_the_report_says_so(
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    report = random_bench(scripted, monkeypatch, tmp_path / "empty")
+    assert report["tools"]["sm120"] == bench.OURS_HOW
+    assert (
+        f"no tokenizer.json to read ({tmp_path / 'empty'}): our prompts are ordinary-text "
+        "tokens, not built as vllm bench serve's random dataset builds them, and tokenize "
+        "differently"
+    ) in report["notes"]
+    # the pool's ids: what the fake's /tokenize made of ordinary text (1000 and up)
+    words = [word for prompt in sent_prompts(scripted) for word in prompt.split()]
+    assert all(int(word[1:]) >= 1000 for word in words)
+
+
+def test_the_prompts_of_before_on_request(
+    scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    report = random_bench(scripted, monkeypatch, tokenizer_files(tmp_path), prompts="text-pool")
+    assert report["tools"]["sm120"] == bench.OURS_HOW
+    assert not any("tokenizer.json" in note for note in report["notes"])
+    words = [word for prompt in sent_prompts(scripted) for word in prompt.split()]
+    assert len(words) == 2 * 64 + 3 * 48 and all(int(word[1:]) >= 1000 for word in words)
+
+
+def test_a_container_s_tokenizer_is_read_from_the_deployment_s_model_folder(
+    tmp_path: Path,
+) -> None:
+    # the engine loaded /models/m inside its container; the folder it mounts is on the host
+    state = dataclasses.replace(_state("docker"), model_dir=str(tokenizer_files(tmp_path)))
+    found = dataclasses.replace(target(), state=state)
+    assert bench._tokenizer_folders(found) == ["/models/m", str(tmp_path)]
+    assert bench._tokenizer_folders(target()) == ["/models/m"]
+
+
 def test_bench_notes_bursty_streams(
     scripted: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     scripted.speeds.burst = True
     scripted.speeds.decode_per_token = 0.01  # 16 tokens held back for 0.16 s, then flushed
+    # the prompts of the way before: the fake's tokenizer files are nowhere to read, and the
+    # note saying so is not what this test is about
     options = BenchOptions(
-        tool="ours", lengths=(32,), concurrency=(), decode_tokens=16, settle_s=0.0
+        tool="ours",
+        lengths=(32,),
+        concurrency=(),
+        decode_tokens=16,
+        settle_s=0.0,
+        prompts="text-pool",
     )
     report = run_bench(target_for_url(scripted.url, None), options, print, Path("unused"))
     assert report["decode"]["bursty"] == 3
