@@ -14,12 +14,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from sm120.engine.runtime.native import SUPERVISOR_MODULE
+from sm120.engine.runtime.processes import find_child_pid
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -32,17 +36,36 @@ def free_port() -> int:
 
 
 def bare_ready(
-    python: str, request: PlanRequest, cache: Path, key: str, log: Path | None = None
+    python: str,
+    request: PlanRequest,
+    cache: Path,
+    key: str,
+    log: Path | None = None,
+    *,
+    supervised: bool = False,
+    facts: dict[str, Any] | None = None,
 ) -> float:
     """Seconds from `vllm serve` to its first answer, for `request` on a free port; the
-    engine's output goes to `log` when given (sm120's engine writes a log too)."""
+    engine's output goes to `log` when given (sm120's engine writes a log too). `supervised`
+    starts it under sm120's supervisor, as `sm120 launch` does (its output through the
+    supervisor's pipe), to tell the supervisor's share of a launch from the command's; `facts`
+    receives the spawn time and the API process's scheduling facts (launch_gap.py)."""
     port = free_port()
     plan = resolve(replace(request, port=port))
     argv = render_argv(plan, python=python)
     env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
     env.pop("VLLM_PYTHON", None)
-    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    sink = open(log, "wb") if log is not None and not supervised else subprocess.DEVNULL  # noqa: SIM115
+    if supervised:
+        assert log is not None, "the supervisor writes the engine's output to a log"
+        exit_file = log.with_suffix(".exit.json")
+        argv = [
+            sys.executable, "-m", SUPERVISOR_MODULE,
+            "--exit-file", str(exit_file), "--log", str(log), "--", *argv,
+        ]  # fmt: skip
     started = time.perf_counter()
+    if facts is not None:
+        facts["spawned_at"] = time.time()
     engine = subprocess.Popen(
         argv, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -69,9 +92,42 @@ def bare_ready(
             },
         )
         answer.raise_for_status()
-        return time.perf_counter() - started
+        took = time.perf_counter() - started
+        if facts is not None:
+            api = find_child_pid(engine.pid) if supervised else engine.pid
+            facts.update(process_facts(api) if api else {})
+        return took
     finally:
         os.killpg(engine.pid, signal.SIGTERM)
         engine.wait(timeout=60)
         if not isinstance(sink, int):
             sink.close()
+
+
+# Scheduling facts of a process that could make the same program start slower: its nice
+# value, the CPUs it may run on, its cgroup, and its environment (values of secrets left out).
+def process_facts(pid: int) -> dict[str, Any]:
+    proc = Path("/proc") / str(pid)
+    try:
+        status = dict(
+            line.split(":", 1) for line in (proc / "status").read_text().splitlines() if ":" in line
+        )
+        environ = (proc / "environ").read_bytes().split(b"\0")
+        cgroup = (proc / "cgroup").read_text().strip()
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError as exc:
+        return {"facts_error": str(exc)}
+    names = sorted(item.decode(errors="replace").split("=", 1)[0] for item in environ if item)
+    shown = {}
+    for item in environ:
+        name, _, value = item.decode(errors="replace").partition("=")
+        if name and "KEY" not in name and "TOKEN" not in name:
+            shown[name] = value
+    return {
+        "api_pid": pid,
+        "nice": nice,
+        "cpus_allowed": status.get("Cpus_allowed_list", "").strip(),
+        "cgroup": cgroup,
+        "env_names": names,
+        "env": shown,
+    }

@@ -181,9 +181,11 @@ def run_rounds(
     report: Callable[[str], None],
     vllm_python: str | None = None,
     prompts: PromptSource | None = None,
+    after_round: Callable[[dict[str, dict[str, list[float]]]], None] | None = None,
 ) -> tuple[dict[str, Any], Positions]:
     """Rounds of both tools, the one that goes first swapped every round; each figure's
-    samples per side, and each prompt length's TTFTs by place in the run."""
+    samples per side, and each prompt length's TTFTs by place in the run. `after_round` sees
+    the samples so far after each round (a run cut short keeps what it measured)."""
     samples: dict[str, dict[str, list[float]]] = {"vllm": {}, "sm120": {}}
     positions: Positions = {"vllm": {}, "sm120": {}}
     for number in range(1, rounds + 1):
@@ -207,6 +209,8 @@ def run_rounds(
                 runs = positions[side].setdefault(point["prompt_tokens"], [])
                 runs.append(point.get("ttfts_ms") or [])
             report(f"round {number} {side}: {figures(found)}")
+        if after_round is not None:
+            after_round(samples)
     return samples, positions
 
 

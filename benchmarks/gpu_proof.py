@@ -29,6 +29,7 @@ combines such files into benchmarks/results/gpu-proof.json and gpu-proof.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -211,6 +212,7 @@ def sm120_ready(
     home: Path,
     log: Path | None = None,
     tree: Path = REPO,
+    facts: dict[str, Any] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Seconds from `sm120 launch` to its READY line (the banner's first line, printed once the
     smoke test answered), and where the whole command's time went: before the engine was
@@ -236,6 +238,13 @@ def sm120_ready(
     split = _launch_split(home, "".join(stdout), began_epoch, took)
     split["exit_s"] = round(took, 2)
     split["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+    if facts is not None:
+        # The engine's API process while it still runs: launch_gap.py compares its scheduling
+        # facts and environment with a bare start's.
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            state = json.loads((home / "deployments" / "tiny" / "state.json").read_text())
+            facts["spawned_at"] = float(state["started_at"])
+            facts.update(bare_engine.process_facts(int(state["engine_pid"])))
     if log is not None:
         served = home / "deployments" / "tiny" / "logs" / "serve.log"
         if served.exists():
@@ -389,6 +398,12 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if launched.returncode != 0:
             raise RuntimeError(f"sm120 launch of the bench model failed: {launched.stderr[-1500:]}")
     os.environ.update(sm120_env(home, args.vllm_python))
+    so_far = args.out / f"bench-rounds-{args.label}.json"
+
+    def keep(samples: dict[str, dict[str, list[float]]]) -> None:
+        # Written after every round: a call cut short by the device's time limit keeps them.
+        so_far.write_text(json.dumps(samples, indent=2))
+
     try:
         target = target_for_deployment(None)
         samples, _ = run_rounds(
@@ -401,6 +416,7 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             vllm_python=args.vllm_python,
             report=log,
             prompts=args.bench_prompts,
+            after_round=keep,
         )
         capture_metrics(target.base_url, target.api_key, work)
     finally:

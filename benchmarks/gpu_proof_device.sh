@@ -10,6 +10,8 @@
 # machine to themselves: DeepSeek-V4's planner at TP 1 and the P2P tests, the planner at TP 2,
 # the launch pairs, then the gateway's sleep/wake test (each test's output in its own log).
 # `wait` waits for the jobs and copies their results into $OUT.
+#   bash benchmarks/gpu_proof_device.sh serve   # any machine: facts, the launch pairs and the
+#                                               # bench on GPU 0 alone (PAIRS, ROUNDS); then `wait`
 #   bash benchmarks/gpu_proof_device.sh ab DIR  # launch A/B: this checkout's sm120 against the
 #                                               # one in DIR (e.g. `git archive OLD | tar -x`),
 #                                               # bare vllm serve beside both; then `wait`
@@ -29,11 +31,11 @@ start)
     touch "$work/planner.done"
     setsid bash -c "
       CUDA_VISIBLE_DEVICES=1 $proof --label planner-dsv4-tp1 --steps facts,captures,doctor,planner --tp 1 --only dsv4 &
-      $gpu_tests tests/test_p2p_gpu.py > $work/pytest-p2p.log 2>&1
+      $gpu_tests tests/gpu/test_p2p_gpu.py > $work/pytest-p2p.log 2>&1
       wait
       $proof --label planner-tp2 --steps planner --tp 2 --only dsv4
       CUDA_VISIBLE_DEVICES=0 $proof --label serve --steps launch
-      $gpu_tests tests/test_gpu_gateway_sleep.py > $work/pytest-sleep.log 2>&1
+      $gpu_tests tests/gpu/test_gpu_gateway_sleep.py > $work/pytest-sleep.log 2>&1
       touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
     exit 0
   fi
@@ -49,6 +51,15 @@ start)
       $proof --label planner-tp4 --steps planner --tp 4 --dcp 4 --only glm47:fp8,glm52,dsv4
     fi
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  ;;
+serve)
+  mkdir -p "$work"
+  touch "$work/planner.done"
+  setsid bash -c "
+    CUDA_VISIBLE_DEVICES=0 $proof --label serve --steps facts,doctor,launch,bench \
+      --launch-pairs ${PAIRS:-3} --bench-rounds ${ROUNDS:-6}
+    touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  exit 0
   ;;
 ab)
   [ -d "${2:-}/sm120" ] || { echo "usage: $0 ab DIR (a checkout with sm120/ in it)" >&2; exit 2; }
@@ -67,13 +78,13 @@ wait)
   done
   ;;
 *)
-  echo "usage: $0 start|ab DIR|wait [seconds]" >&2
+  echo "usage: $0 start|serve|ab DIR|wait [seconds]" >&2
   exit 2
   ;;
 esac
 grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
 tail -n 3 "$work"/pytest-*.log 2>/dev/null
 if [ -n "${OUT:-}" ]; then
-  cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$OUT"/ 2>/dev/null
+  cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$work"/bench-rounds-*.json "$OUT"/ 2>/dev/null
   tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
 fi
