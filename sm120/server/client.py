@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from sm120.server.timing import decode_rate
 from sm120.server.transport import (
     ApiKeyRejected,
     BadServerResponse,
@@ -236,7 +237,7 @@ class _StreamState:
             completion_tokens=self.completion_tokens,
             ttft_s=ttft,
             total_s=ended - self.started,
-            decode_tps=_decode_rate(self.completion_tokens, self.first_text_at, self.last_text_at),
+            decode_tps=decode_rate(self.completion_tokens, self.first_text_at, self.last_text_at),
         )
 
     def _take_usage(self, chunk: Mapping[str, Any]) -> None:
@@ -337,9 +338,3 @@ def _decode_chunk(payload: str, mask: Callable[[str], str]) -> dict[str, Any]:
     if problem is not None:
         raise BadServerResponse(f"the server reported an error mid-stream: {mask(problem)}")
     return chunk
-
-
-def _decode_rate(tokens: int | None, first: float | None, last: float | None) -> float | None:
-    if tokens is None or tokens < 2 or first is None or last is None or last <= first:
-        return None
-    return (tokens - 1) / (last - first)

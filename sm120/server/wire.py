@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from sm120.server.timing import decode_rate
 from sm120.server.transport import (
     BadServerResponse,
     Connection,
@@ -99,10 +100,7 @@ class Exchange:
         `vllm bench serve` calls 1/TPOT. The end of the stream rather than the last text:
         tokens that complete no character (byte-level pieces) arrive bunched with later ones.
         """
-        tokens, first, end = self.completion_tokens, self.first_at, self.ended
-        if tokens is None or tokens < 2 or first is None or end is None or end <= first:
-            return None
-        return (tokens - 1) / (end - first)
+        return decode_rate(self.completion_tokens, self.first_at, self.ended)
 
     @property
     def total_s(self) -> float:
