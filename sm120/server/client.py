@@ -30,6 +30,7 @@ import httpx
 
 from sm120.server.timing import decode_rate
 from sm120.server.transport import (
+    CHAT_PATH,
     ApiKeyRejected,
     BadServerResponse,
     Connection,
@@ -60,8 +61,6 @@ __all__ = [
     "smoke_test",
 ]
 
-CHAT_PATH = "/v1/chat/completions"
-MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 SMOKE_PROMPT = "Reply with exactly: READY"
 
@@ -113,10 +112,7 @@ class ServerClient(Connection):
             return None
 
     def models(self) -> list[str]:
-        entries = self._get_json(MODELS_PATH).get("data")
-        if not isinstance(entries, list):
-            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
-        return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
+        return [str(entry["id"]) for entry in self._model_entries() if "id" in entry]
 
     def chat(
         self,

@@ -19,6 +19,7 @@ import httpx
 
 from sm120.server.timing import decode_rate
 from sm120.server.transport import (
+    CHAT_PATH,
     BadServerResponse,
     Connection,
     TransportWording,
@@ -31,9 +32,7 @@ from sm120.server.transport import (
     stream_error,
 )
 
-CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
-MODELS_PATH = "/v1/models"
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
 METRICS_PATH = "/metrics"
@@ -128,11 +127,7 @@ class Wire(Connection):
     # --- plain requests -------------------------------------------------------------------
 
     def served_models(self) -> list[ServedModel]:
-        data = self._get_json(MODELS_PATH)
-        entries = data.get("data")
-        if not isinstance(entries, list):
-            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
-        return [_served_model(entry) for entry in entries if isinstance(entry, dict)]
+        return [_served_model(entry) for entry in self._model_entries()]
 
     def tokenize(
         self,
