@@ -411,9 +411,7 @@ def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
                 completed=figures.completed,
             ),
             "output_tokens": steps.decode_tokens,
-            "requests": figures.completed,
-            "failed": figures.failed,
-            "tool": TOOL_NAME,
+            **_counted_by_vllm(figures),
         }
         return
     run.progress(f"decode: {steps.decode_requests} x {steps.decode_tokens} tokens")
@@ -430,10 +428,7 @@ def _decode(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
             completed=len(result.completed),
         ),
         "output_tokens": steps.decode_tokens,
-        "requests": len(result.completed),
-        "failed": result.failed,
-        "tool": OURS,
-        **_error_of(result),
+        **_counted_by_us(result),
     }
 
 
@@ -476,13 +471,11 @@ def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
             run.report["prefill"].append(
                 {
                     "prompt_tokens": length,
-                    "ttft_s": (figures.mean_ttft_ms or 0.0) / 1000.0 or None,
-                    "median_ttft_s": (figures.median_ttft_ms or 0.0) / 1000.0 or None,
+                    "ttft_s": _seconds(figures.mean_ttft_ms),
+                    "median_ttft_s": _seconds(figures.median_ttft_ms),
                     "prefill_tps": figures.prefill_tps,
                     "ttfts_ms": list(figures.ttfts_ms),
-                    "requests": figures.completed,
-                    "failed": figures.failed,
-                    "tool": TOOL_NAME,
+                    **_counted_by_vllm(figures),
                 }
             )
             continue
@@ -497,10 +490,7 @@ def _prefill(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
                 "median_ttft_s": result.median_ttft_s,
                 "prefill_tps": result.prefill_tps,
                 "ttfts_ms": [round(ttft * 1000.0, 3) for ttft in result.ttfts],
-                "requests": len(result.completed),
-                "failed": result.failed,
-                "tool": OURS,
-                **_error_of(result),
+                **_counted_by_us(result),
             }
         )
 
@@ -515,10 +505,8 @@ def _concurrency(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
                     "concurrency": level,
                     "aggregate_tps": figures.output_throughput,
                     "per_request_tps": figures.decode_tps,
-                    "mean_ttft_s": (figures.mean_ttft_ms or 0.0) / 1000.0 or None,
-                    "requests": figures.completed,
-                    "failed": figures.failed,
-                    "tool": TOOL_NAME,
+                    "mean_ttft_s": _seconds(figures.mean_ttft_ms),
+                    **_counted_by_vllm(figures),
                 }
             )
             continue
@@ -533,10 +521,7 @@ def _concurrency(run: BenchRun, vllm: dict[str, ServeFigures]) -> None:
                 "aggregate_tps": result.aggregate_tps,
                 "per_request_tps": result.per_request_tps,
                 "mean_ttft_s": result.mean_ttft_s,
-                "requests": len(result.completed),
-                "failed": result.failed,
-                "tool": OURS,
-                **_error_of(result),
+                **_counted_by_us(result),
             }
         )
 
@@ -558,6 +543,23 @@ def _load(run: BenchRun, prompts: Sequence[Prompt], max_tokens: int, level: int)
     )
 
 
-def _error_of(result: LoadResult) -> dict[str, str]:
+# Every figure ends the same way, so that a report can be read without knowing which tool
+# made which row: how many requests it rests on, how many failed, and the tool.
+def _counted_by_vllm(figures: ServeFigures) -> dict[str, Any]:
+    return {"requests": figures.completed, "failed": figures.failed, "tool": TOOL_NAME}
+
+
+def _counted_by_us(result: LoadResult) -> dict[str, Any]:
+    counted: dict[str, Any] = {
+        "requests": len(result.completed),
+        "failed": result.failed,
+        "tool": OURS,
+    }
     error = result.first_error
-    return {"error": error} if error else {}
+    return {**counted, "error": error} if error else counted
+
+
+def _seconds(ms: float | None) -> float | None:
+    """`vllm bench serve`'s milliseconds in the report's seconds; None where it had none
+    (or 0, which no real TTFT is)."""
+    return (ms or 0.0) / 1000.0 or None

@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 
 from sm120.measure.text import filler
+from sm120.server.timing import decode_rate
 from sm120.server.transport import MAX_EVENT_BYTES, server_root
 
 COMPLETIONS_PATH = "/v1/completions"
@@ -60,10 +61,7 @@ class RequestTiming:
         Every completions chunk with a choice is a decode step (the text may be empty), so
         the last one marks the last token; the usage chunk and [DONE] come after it.
         """
-        tokens, first, last = self.completion_tokens, self.first_at, self.last_at
-        if tokens is None or tokens < 2 or first is None or last is None or last <= first:
-            return None
-        return (tokens - 1) / (last - first)
+        return decode_rate(self.completion_tokens, self.first_at, self.last_at)
 
     @property
     def bursty(self) -> bool:

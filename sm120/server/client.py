@@ -28,7 +28,9 @@ from typing import Any
 
 import httpx
 
+from sm120.server.timing import decode_rate
 from sm120.server.transport import (
+    CHAT_PATH,
     ApiKeyRejected,
     BadServerResponse,
     Connection,
@@ -59,8 +61,6 @@ __all__ = [
     "smoke_test",
 ]
 
-CHAT_PATH = "/v1/chat/completions"
-MODELS_PATH = "/v1/models"
 HEALTH_PATH = "/health"
 SMOKE_PROMPT = "Reply with exactly: READY"
 
@@ -112,10 +112,7 @@ class ServerClient(Connection):
             return None
 
     def models(self) -> list[str]:
-        entries = self._get_json(MODELS_PATH).get("data")
-        if not isinstance(entries, list):
-            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
-        return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
+        return [str(entry["id"]) for entry in self._model_entries() if "id" in entry]
 
     def chat(
         self,
@@ -236,7 +233,7 @@ class _StreamState:
             completion_tokens=self.completion_tokens,
             ttft_s=ttft,
             total_s=ended - self.started,
-            decode_tps=_decode_rate(self.completion_tokens, self.first_text_at, self.last_text_at),
+            decode_tps=decode_rate(self.completion_tokens, self.first_text_at, self.last_text_at),
         )
 
     def _take_usage(self, chunk: Mapping[str, Any]) -> None:
@@ -337,9 +334,3 @@ def _decode_chunk(payload: str, mask: Callable[[str], str]) -> dict[str, Any]:
     if problem is not None:
         raise BadServerResponse(f"the server reported an error mid-stream: {mask(problem)}")
     return chunk
-
-
-def _decode_rate(tokens: int | None, first: float | None, last: float | None) -> float | None:
-    if tokens is None or tokens < 2 or first is None or last is None or last <= first:
-        return None
-    return (tokens - 1) / (last - first)

@@ -28,6 +28,9 @@ MAX_EVENT_BYTES = 8 * MIB
 # What a line of an event stream may start with (https://html.spec.whatwg.org/#event-stream).
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
 _NOT_A_SERVER_HINT = "this is not what vLLM or SGLang send; check what listens on that port"
+# The endpoints both clients use.
+CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
 
 _Self = TypeVar("_Self", bound="Connection")
 
@@ -109,6 +112,13 @@ class Connection:
         response = self._request("GET", path)
         self._raise_for_status(response, path)
         return json_object(response, path)
+
+    def _model_entries(self) -> list[dict[str, Any]]:
+        """The objects in /v1/models' 'data' list: what is served, read alike by both clients."""
+        entries = self._get_json(MODELS_PATH).get("data")
+        if not isinstance(entries, list):
+            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
+        return [entry for entry in entries if isinstance(entry, dict)]
 
     def _raise_for_status(self, response: httpx.Response, path: str) -> None:
         check_status(response, path, self.base_url, self._api_key)

@@ -17,7 +17,9 @@ from typing import Any
 
 import httpx
 
+from sm120.server.timing import decode_rate
 from sm120.server.transport import (
+    CHAT_PATH,
     BadServerResponse,
     Connection,
     TransportWording,
@@ -30,9 +32,7 @@ from sm120.server.transport import (
     stream_error,
 )
 
-CHAT_PATH = "/v1/chat/completions"
 MESSAGES_PATH = "/v1/messages"
-MODELS_PATH = "/v1/models"
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
 METRICS_PATH = "/metrics"
@@ -99,10 +99,7 @@ class Exchange:
         `vllm bench serve` calls 1/TPOT. The end of the stream rather than the last text:
         tokens that complete no character (byte-level pieces) arrive bunched with later ones.
         """
-        tokens, first, end = self.completion_tokens, self.first_at, self.ended
-        if tokens is None or tokens < 2 or first is None or end is None or end <= first:
-            return None
-        return (tokens - 1) / (end - first)
+        return decode_rate(self.completion_tokens, self.first_at, self.ended)
 
     @property
     def total_s(self) -> float:
@@ -130,11 +127,7 @@ class Wire(Connection):
     # --- plain requests -------------------------------------------------------------------
 
     def served_models(self) -> list[ServedModel]:
-        data = self._get_json(MODELS_PATH)
-        entries = data.get("data")
-        if not isinstance(entries, list):
-            raise BadServerResponse(f"{MODELS_PATH} answered without a 'data' list")
-        return [_served_model(entry) for entry in entries if isinstance(entry, dict)]
+        return [_served_model(entry) for entry in self._model_entries()]
 
     def tokenize(
         self,
