@@ -71,8 +71,7 @@ def build(
     ),
 ) -> None:
     """Build the recipe's image, tagged sm120/RECIPE:IMAGE-HASH and labelled with its manifest."""
-    from sm120.images.build import BuildOptions, plan_build, require_locks
-    from sm120.images.build import build as build_image
+    from sm120.images.build import BuildOptions, build_locally, plan_build
 
     plan = _plan(recipe, variant, env_file)
     if check:
@@ -85,7 +84,10 @@ def build(
             typer.echo(f"wrote {path}")
         return
     if refresh_pins:
-        _refresh_pins(recipe)
+        from sm120.images.pins import refresh_recipe_pins
+
+        for pinned in refresh_recipe_pins(recipe):
+            typer.echo(f"{pinned.ref}@{pinned.digest}  ({', '.join(pinned.files)})")
         return
     options = BuildOptions(
         no_cache=no_cache, wheels=tuple(wheel), network=network, build_args=_build_args(build_arg)
@@ -94,15 +96,11 @@ def build(
         described, _ = plan_build(plan, options)
         typer.echo(json.dumps(described.as_dict(), indent=2))
         return
-    from sm120.engine import docker_api
-
-    require_locks(plan)  # before Docker: a missing lock is the first thing to fix
-    result = build_image(docker_api.connect(), plan, options, _progress)
+    result = build_locally(plan, options, _progress)
     if write_env:
-        from sm120.images.envfile import set_values
+        from sm120.images.envfile import write_image
 
-        variants = ",".join(plan.variants)
-        set_values(env_file, {"IMAGE": result.tag, "RECIPE": plan.recipe, "VARIANT": variants})
+        write_image(env_file, plan, result.tag)
         typer.echo(f"wrote IMAGE={result.tag} to {env_file}", err=True)
     if as_json:
         summary = {"tag": result.tag, "image_id": result.image_id, "reused": result.reused}
@@ -127,23 +125,6 @@ def _check(plan, resolve_locks: bool, as_json: bool) -> None:  # type: ignore[no
             typer.echo(f"conflict           {conflict}")
     if not checked.ok:
         raise typer.Exit(1)
-
-
-def _refresh_pins(recipe: str) -> None:
-    import httpx
-
-    from sm120.images.context import source_root
-    from sm120.images.pins import refresh_pins
-    from sm120.recipe.loader import load_recipe
-
-    loaded = load_recipe(recipe)
-    specs = [loaded.image, *(v.image for v in loaded.variants.values() if v.image is not None)]
-    bases = sorted(
-        {(s.name, s.tag, s.context) for s in specs if s.build == "dockerfile" and s.context}
-    )
-    with httpx.Client(timeout=30, follow_redirects=True) as client:
-        for pinned in refresh_pins(source_root(), recipe, bases, client):
-            typer.echo(f"{pinned.ref}@{pinned.digest}  ({', '.join(pinned.files)})")
 
 
 def _progress(line: str) -> None:
