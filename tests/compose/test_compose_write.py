@@ -122,6 +122,24 @@ def test_a_project_names_its_files_and_its_gateway(tmp_path: Path) -> None:
     ]
 
 
+def test_a_project_of_published_images_has_no_image_for_its_gateway(tmp_path: Path) -> None:
+    # tiny's gpu variant (chosen in the environment) runs a published vLLM image, without sm120.
+    request = ComposeRequest(
+        ("tiny", "fast=tiny"),
+        output=tmp_path / "compose.yaml",
+        ports=("fast=8001",),
+        gpus=("tiny=0", "fast=1"),
+        environ={"SM120_VARIANT": "gpu"},
+    )
+    with pytest.raises(ComposeError) as refused:
+        write_compose(request)
+    assert refused.value.one_line() == (
+        "no recipe here runs an image sm120 builds, so the gateway has none to run in "
+        "(hint: add a recipe whose image is built with 'sm120 build' (they carry sm120))"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_image_caches_come_from_a_built_image_only() -> None:
     built = resolve(PlanRequest(recipe="glm52"))
     assert built.image.build == "dockerfile"
