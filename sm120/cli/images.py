@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from sm120.cli.errors import cli_errors
-from sm120.cli.options import VariantsOpt
-from sm120.gateway.config import GatewayConfig
+from sm120.cli.options import PortOpt, VariantsOpt
+from sm120.compose.request import ComposeRequest
 
 
 def register(app: typer.Typer) -> None:
@@ -71,8 +71,7 @@ def build(
     ),
 ) -> None:
     """Build the recipe's image, tagged sm120/RECIPE:IMAGE-HASH and labelled with its manifest."""
-    from sm120.images.build import BuildOptions, plan_build, require_locks
-    from sm120.images.build import build as build_image
+    from sm120.images.build import BuildOptions, build_locally, plan_build
 
     plan = _plan(recipe, variant, env_file)
     if check:
@@ -85,7 +84,10 @@ def build(
             typer.echo(f"wrote {path}")
         return
     if refresh_pins:
-        _refresh_pins(recipe)
+        from sm120.images.pins import refresh_recipe_pins
+
+        for pinned in refresh_recipe_pins(recipe):
+            typer.echo(f"{pinned.ref}@{pinned.digest}  ({', '.join(pinned.files)})")
         return
     options = BuildOptions(
         no_cache=no_cache, wheels=tuple(wheel), network=network, build_args=_build_args(build_arg)
@@ -94,15 +96,11 @@ def build(
         described, _ = plan_build(plan, options)
         typer.echo(json.dumps(described.as_dict(), indent=2))
         return
-    from sm120.engine import docker_api
-
-    require_locks(plan)  # before Docker: a missing lock is the first thing to fix
-    result = build_image(docker_api.connect(), plan, options, _progress)
+    result = build_locally(plan, options, _progress)
     if write_env:
-        from sm120.images.envfile import set_values
+        from sm120.images.envfile import write_image
 
-        variants = ",".join(plan.variants)
-        set_values(env_file, {"IMAGE": result.tag, "RECIPE": plan.recipe, "VARIANT": variants})
+        write_image(env_file, plan, result.tag)
         typer.echo(f"wrote IMAGE={result.tag} to {env_file}", err=True)
     if as_json:
         summary = {"tag": result.tag, "image_id": result.image_id, "reused": result.reused}
@@ -127,33 +125,6 @@ def _check(plan, resolve_locks: bool, as_json: bool) -> None:  # type: ignore[no
             typer.echo(f"conflict           {conflict}")
     if not checked.ok:
         raise typer.Exit(1)
-
-
-def _refresh_pins(recipe: str) -> None:
-    import httpx
-
-    from sm120.images.context import source_root
-    from sm120.images.pins import refresh_pins
-    from sm120.recipe.loader import load_recipe
-
-    loaded = load_recipe(recipe)
-    specs = [loaded.image, *(v.image for v in loaded.variants.values() if v.image is not None)]
-    bases = sorted(
-        {(s.name, s.tag, s.context) for s in specs if s.build == "dockerfile" and s.context}
-    )
-    with httpx.Client(timeout=30, follow_redirects=True) as client:
-        for pinned in refresh_pins(source_root(), recipe, bases, client):
-            typer.echo(f"{pinned.ref}@{pinned.digest}  ({', '.join(pinned.files)})")
-
-
-def _image_caches(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """Where the plan's image writes caches (its image.yaml); none for a published image."""
-    if plan.image.build != "dockerfile" or not plan.image.context:
-        return {}
-    from sm120.images.context import source_root
-    from sm120.images.facts import load_facts
-
-    return dict(load_facts(source_root() / "images" / plan.image.context).caches)
 
 
 def _progress(line: str) -> None:
@@ -187,11 +158,11 @@ def compose(
     variant: VariantsOpt = [],  # noqa: B006 - Typer copies it
     output: Path | None = typer.Option(None, "--output", "-o", help="File (default: stdout)."),
     model_dir: str | None = typer.Option(None, "--model-dir", help="Checkpoint folder."),
-    port: int | None = typer.Option(None, "--port", help="Port (default: the recipe's)."),
+    port: PortOpt = None,
     ports: list[str] = typer.Option([], "--ports", help="NAME=PORT for a service (repeat)."),
     gpus: list[str] = typer.Option([], "--gpus", help="NAME=0,1: a service's GPUs (repeat)."),
     gateway_port: int = typer.Option(
-        GatewayConfig.port, "--gateway-port", help="The gateway's port."
+        ComposeRequest.gateway_port, "--gateway-port", help="The gateway's port."
     ),
     host_network: bool = typer.Option(
         False, "--host-network", help="Run every service on the host's network."
@@ -201,67 +172,23 @@ def compose(
 
     With several recipes (or NAME=RECIPE), a project: one service each, the gateway routing
     to them by model, and their keys in secrets/ beside the file (see docs/gateway.md)."""
-    if len(recipes) > 1 or "=" in recipes[0] or ports or gpus or host_network:
-        if variant or model_dir or port is not None:
-            from sm120.core.errors import SM120Error
+    from sm120.compose.write import write_compose
 
-            raise SM120Error(
-                "--variant, --model-dir and --port apply to one recipe, not a project",
-                "with several recipes use --ports NAME=PORT; their variants are the defaults",
-            )
-        from sm120.compose.members import ComposeRequest
-
-        request = ComposeRequest(
-            specs=tuple(recipes),
+    composed = write_compose(
+        ComposeRequest(
+            recipes=tuple(recipes),
+            output=output,
+            variants=tuple(variant),
+            model_dir=model_dir,
+            port=port,
             ports=tuple(ports),
             gpus=tuple(gpus),
             gateway_port=gateway_port,
             host_network=host_network,
             environ=dict(os.environ),
         )
-        _compose_project(request, output)
-        return
-    from sm120.plan.request import plan_request
-    from sm120.plan.resolve import resolve
-    from sm120.render.compose import render_compose_file
-
-    plan = resolve(
-        plan_request(
-            recipes[0], environ=os.environ, variants=variant, model_dir=model_dir, port=port
-        )
     )
-    text = render_compose_file(plan, _image_caches(plan))
-    if output is None:
-        typer.echo(text, nl=False)
-    else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            from sm120.core.errors import SM120Error
-
-            raise SM120Error(
-                f"cannot write {output}: {exc.strerror or exc}",
-                "pass -o a file in a folder that exists and is writable, or leave -o out",
-            ) from None
-        typer.echo(f"wrote {output} (docker compose -f {output} up)", err=True)
-
-
-def _compose_project(request, output: Path | None) -> None:  # type: ignore[no-untyped-def]
-    from sm120.compose.members import build_project
-    from sm120.compose.write import write_project
-    from sm120.core.errors import SM120Error
-
-    if output is None:
-        raise SM120Error(
-            "a compose project is written with its key files beside it, not to stdout",
-            "pass -o FOLDER/compose.yaml",
-        )
-    project = build_project(request, _image_caches)
-    for path in write_project(project, output):
-        typer.echo(f"wrote {path}", err=True)
-    gateway = project.gateway
-    typer.echo(
-        f"gateway on http://{gateway.host}:{gateway.port}/v1 "
-        f"(its key: {output.parent}/secrets/gateway_key); docker compose -f {output} up",
-        err=True,
-    )
+    if composed.text is not None:
+        typer.echo(composed.text, nl=False)
+    for note in composed.notes():
+        typer.echo(note, err=True)

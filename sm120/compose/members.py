@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from sm120.compose.request import ComposeRequest
 from sm120.core.errors import SM120Error
-from sm120.gateway.config import DEFAULT_HOST, DEFAULT_PORT
 from sm120.images.facts import TOOLKIT_PYTHON
 from sm120.plan.gpu_sets import DEVICE_PREFIX, parse_gpu_set, placement_set
 from sm120.plan.request import plan_request
@@ -25,20 +25,6 @@ class ComposeError(SM120Error):
 
 
 @dataclass(frozen=True)
-class ComposeRequest:
-    # Each `[NAME=]RECIPE`: NAME names the service and is the model name it serves.
-    specs: tuple[str, ...]
-    # `NAME=PORT` and `NAME=GPUS` (0,1 or device=3), by service name.
-    ports: tuple[str, ...] = ()
-    gpus: tuple[str, ...] = ()
-    gateway_port: int = DEFAULT_PORT
-    gateway_host: str = DEFAULT_HOST
-    # Every container on the host's network (for Docker engines without a bridge network).
-    host_network: bool = False
-    environ: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class ComposeProject:
     members: list[ComposeMember]
     gateway: GatewaySpec
@@ -49,7 +35,7 @@ def build_project(
     request: ComposeRequest, caches_of: Callable[[LaunchPlan], dict[str, str]]
 ) -> ComposeProject:
     """Resolve each recipe's plan and refuse a project whose services would collide."""
-    named = _named_specs(request.specs)
+    named = _named_specs(request.recipes)
     ports = _by_service(request.ports, "--ports", "NAME=PORT", named)
     placements = _by_service(request.gpus, "--gpus", "NAME=GPUS", named)
     members = []

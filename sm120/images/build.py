@@ -175,3 +175,10 @@ def build(client: Any, plan: LaunchPlan, options: BuildOptions, progress: Progre
         progress=progress,
     )
     return BuildResult(described.tag, image_id, reused=False)
+
+
+def build_locally(plan: LaunchPlan, options: BuildOptions, progress: Progress) -> BuildResult:
+    """`build` with this machine's Docker engine; a missing lock is refused before Docker is
+    asked, since it is the first thing to fix."""
+    require_locks(plan)
+    return build(docker_api.connect(), plan, options, progress)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sm120.plan.resolve import LaunchPlan
+
 
 def set_values(path: Path, values: dict[str, str]) -> None:
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
@@ -19,3 +21,8 @@ def set_values(path: Path, values: dict[str, str]) -> None:
             out.append(line)
     out += [f"{key}={value}" for key, value in pending.items()]
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def write_image(path: Path, plan: LaunchPlan, tag: str) -> None:
+    """What compose.yaml reads from .env to run the built image: IMAGE, RECIPE and VARIANT."""
+    set_values(path, {"IMAGE": tag, "RECIPE": plan.recipe, "VARIANT": ",".join(plan.variants)})

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 
 from sm120.core.errors import SM120Error
+from sm120.images.context import source_root
+from sm120.recipe.loader import load_recipe
 
 DOCKER_HUB = "registry-1.docker.io"
 MIRROR_ENV = "SM120_REGISTRY_MIRROR"
@@ -155,3 +157,14 @@ def refresh_pins(
         files.append(str(dockerfile.relative_to(root)))
         done.append(Pinned(f"{name}:{tag}", digest, tuple(files)))
     return done
+
+
+def refresh_recipe_pins(recipe: str) -> list[Pinned]:
+    """Pin every base image the recipe builds, its variants' included, in this checkout."""
+    loaded = load_recipe(recipe)
+    specs = [loaded.image, *(v.image for v in loaded.variants.values() if v.image is not None)]
+    bases = sorted(
+        {(s.name, s.tag, s.context) for s in specs if s.build == "dockerfile" and s.context}
+    )
+    with httpx.Client(timeout=30, follow_redirects=True) as client:
+        return refresh_pins(source_root(), recipe, bases, client)

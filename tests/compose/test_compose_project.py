@@ -186,6 +186,10 @@ REFUSALS = [
         "(hint: name 4 GPU indexes, e.g. --gpus glm52=0,1,2,3)",
     ),
     (
+        ["tiny", "fast=tiny", "--ports", "fast=8001", "--gpus", "fast"],
+        "--gpus expects NAME=GPUS, got 'fast' (hint: e.g. --gpus fast=...)",
+    ),
+    (
         ["tiny", "fast=tiny", "--ports", "fast=8001", "--gpus", "fast=0"],
         "service fast runs on the CPU (recipe tiny): no GPUs to place "
         "(hint: leave --gpus fast=... out)",

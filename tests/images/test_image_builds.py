@@ -15,9 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sm120.images.build import BuildOptions, plan_build
+from sm120.engine import docker_api
+from sm120.images.build import BuildOptions, BuildRefused, build_locally, plan_build
 from sm120.images.check import base_digest_pinned, toolkit_isolated
-from sm120.images.envfile import set_values
+from sm120.images.envfile import set_values, write_image
 from sm120.images.facts import TOOLKIT_PYTHON, load_facts
 from sm120.images.lockfile import inventory_differences, parse_lock
 from sm120.images.verify import cuda_problem, lock_problems
@@ -84,6 +85,29 @@ def test_write_env_sets_image_and_recipe_and_keeps_the_rest(tmp_path: Path) -> N
     set_values(env, {"IMAGE": "sm120/dsv4:abc", "RECIPE": "dsv4", "VARIANT": "tp4"})
     assert env.read_text() == (
         "# my settings\nRECIPE=dsv4\nPORT=8100\nIMAGE=sm120/dsv4:abc\nVARIANT=tp4\n"
+    )
+
+
+def test_write_image_puts_what_compose_reads_into_env(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("PORT=8100\n")
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("seed", "tp4")))
+    write_image(env, plan, "sm120/dsv4:abc")
+    assert env.read_text() == "PORT=8100\nIMAGE=sm120/dsv4:abc\nRECIPE=dsv4\nVARIANT=seed,tp4\n"
+
+
+def test_a_missing_lock_is_refused_before_docker_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_docker() -> None:
+        raise AssertionError("Docker was asked before the locks were checked")
+
+    monkeypatch.setattr(docker_api, "connect", no_docker)
+    with pytest.raises(BuildRefused) as refused:
+        build_locally(resolve(PlanRequest(recipe="glm52")), BuildOptions(), lambda _: None)
+    assert refused.value.one_line() == (
+        "images/glm52/engine.lock is missing (hint: make the locks first: "
+        "sm120 build glm52 --lock (needs the network))"
     )
 
 

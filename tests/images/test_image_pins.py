@@ -14,14 +14,17 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from sm120.images import pins
 from sm120.images.pins import (
     MANIFEST_TYPES,
     PinError,
+    Pinned,
     fetch_digest,
     parse_name,
     pin_dockerfile_text,
     pin_recipe_text,
     refresh_pins,
+    refresh_recipe_pins,
 )
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.recipe.loader import load_recipe_file
@@ -176,3 +179,31 @@ def test_refresh_pins_command_reports_an_unreachable_registry(
     assert code == 2
     assert err.startswith("Error: cannot reach the registry for vllm/vllm-openai:v0.15.1: ")
     assert (REPO / "recipes/glm47.yaml").read_text() == before
+
+
+def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # dsv4's default and flashinfer-decode variant share one base; sglang's is its own.
+    asked: list[tuple[Path, str, list[tuple[str, str, str]]]] = []
+
+    def record(
+        root: Path, recipe: str, bases: list[tuple[str, str, str]], client: httpx.Client
+    ) -> list[Pinned]:
+        assert client.follow_redirects
+        asked.append((root, recipe, bases))
+        return [Pinned("nvidia/cuda:12.9.1-devel-ubuntu24.04", DIGEST, ("recipes/dsv4.yaml",))]
+
+    monkeypatch.setattr(pins, "refresh_pins", record)
+    pinned = refresh_recipe_pins("dsv4")
+    assert pinned == [
+        Pinned("nvidia/cuda:12.9.1-devel-ubuntu24.04", DIGEST, ("recipes/dsv4.yaml",))
+    ]
+    assert asked == [
+        (
+            REPO,
+            "dsv4",
+            [
+                ("lmsysorg/sglang", "deepseek-v4-blackwell", "dsv4-sglang"),
+                ("nvidia/cuda", "12.9.1-devel-ubuntu24.04", "dsv4"),
+            ],
+        )
+    ]
