@@ -79,14 +79,25 @@ def main() -> None:
     parser.add_argument("--vllm-python", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--sides", default=",".join(SIDES), help="which starts to time, e.g. bare,supervised"
+    )
+    parser.add_argument(
+        "--variant",
+        default="gpu",
+        help="the tiny recipe's variant for bare and supervised ('' on a CPU vLLM; the sm120 "
+        "side always launches -V gpu)",
+    )
     args = parser.parse_args()
+    sides = tuple(side for side in args.sides.split(",") if side)
     work = Path(f"/tmp/launch-gap-{int(time.time())}")
     work.mkdir(parents=True)
     logs = work / "logs"
     logs.mkdir()
     model = tiny_model(args, work)
     cache = work / "vllm-cache"
-    request = PlanRequest(recipe="tiny", variants=("gpu",), model_dir=str(model), sets=LAUNCH_SETS)
+    variants = (args.variant,) if args.variant else ()
+    request = PlanRequest(recipe="tiny", variants=variants, model_dir=str(model), sets=LAUNCH_SETS)
 
     def start(side: str, tag: str) -> dict[str, Any]:
         facts: dict[str, Any] = {}
@@ -105,19 +116,19 @@ def main() -> None:
         return {**row, "facts": facts}
 
     log("priming: each side starts once (the first start compiles)")
-    rows = [start(side, "prime") for side in SIDES]
+    rows = [start(side, "prime") for side in sides]
     for number in range(1, args.rounds + 1):
-        shift = (number - 1) % len(SIDES)
-        for side in SIDES[shift:] + SIDES[:shift]:
+        shift = (number - 1) % len(sides)
+        for side in sides[shift:] + sides[:shift]:
             rows.append(start(side, str(number)))
         (args.out / "launch-gap.json").write_text(json.dumps(rows, indent=2))
     timed = [row for row in rows if row["tag"] != "prime"]
-    for side in SIDES:
+    for side in sides:
         mine = [row["ready_s"] for row in timed if row["side"] == side]
         log(f"{side}: median {statistics.median(mine):.2f} s of {mine}")
     environments = {row["side"]: row["facts"].get("env", {}) for row in timed}
     bare_env = environments.get("bare", {})
-    for side in ("supervised", "sm120"):
+    for side in sides[1:] if sides[:1] == ("bare",) else ():
         theirs = environments.get(side, {})
         differing = sorted(
             name for name in set(bare_env) | set(theirs) if bare_env.get(name) != theirs.get(name)

@@ -135,19 +135,39 @@ def test_root_cause_names_the_engine_cores_exception_not_the_api_servers() -> No
     assert gpu_proof.root_cause("just a line\n") == "just a line"
 
 
-def test_merge_takes_the_later_launch_and_summarises_a_doctor_p2p_document(
+def bench_part(decode_ratio: float) -> dict[str, object]:
+    point = {"ratio": decode_ratio, "interval90": [0.9, 1.1]}
+    lengths = {n: point for n in ("256", "768", "2048", "8192")}
+    return {
+        "rounds": 4,
+        "decode_ratio": decode_ratio,
+        "prefill_ratio": {n: decode_ratio for n in lengths},
+        "detail": {"decode": point, "prefill": lengths, "median_ttft": lengths},
+    }
+
+
+def test_merge_takes_the_later_launch_and_bench_and_summarises_a_doctor_p2p_document(
     tmp_path: Path,
 ) -> None:
     first = tmp_path / "first.json"
     later = tmp_path / "later.json"
     ready = {"ready_s": 43.0, "bare_ready_s": 40.5}
-    first.write_text(json.dumps({"label": "a", "launch": {"ratio": 1.2, "pairs": 2, **ready}}))
+    first.write_text(
+        json.dumps(
+            {
+                "label": "a",
+                "launch": {"ratio": 1.2, "pairs": 2, **ready},
+                "bench": bench_part(0.91),
+            }
+        )
+    )
     later.write_text(
         json.dumps(
             {
                 "label": "b",
                 "machine": "1x NVIDIA H100",
                 "launch": {"ratio": 1.06, "pairs": 3, **ready},
+                "bench": bench_part(0.97),
             }
         )
     )
@@ -161,6 +181,9 @@ def test_merge_takes_the_later_launch_and_summarises_a_doctor_p2p_document(
     assert merged["runs"][1]["device"] == "1x NVIDIA H100"
     assert "machine" not in merged
     assert "median of 3 pairs (b)" in (tmp_path / "out" / "gpu-proof.md").read_text()
+    # The bench too: sm120 bench's prompts changed, and the figure is the latest tool's.
+    assert (merged["bench"]["decode_ratio"], merged["bench"]["run"]) == (0.97, "b")
+    assert "(4 rounds (b), model tiny" in (tmp_path / "out" / "gpu-proof.md").read_text()
     (summary,) = merged["doctor_p2p"]
     assert summary["gpus"] == 4 and summary["all_reduce_ok"]
     assert (summary["pairs_verified"], summary["pairs"]) == (12, 12)

@@ -179,7 +179,14 @@ def test_ctrl_c_keeps_the_bytes_and_the_next_run_resumes(
     hub.add_repo(GLM47, files, commit=GLM47_COMMIT)
     hub.fault(BIG, "stall:11000000")  # sends 11 MB, then hangs like a dead link
     dest = tmp_path / "d"
-    env = {**os.environ, "SM120_HOME": str(isolated_home), "PYTHONPATH": str(REPO)}
+    # huggingface_hub gives up on a silent read after 10 s and resumes, which would end the
+    # stall and finish the download before the Ctrl-C on a loaded machine: hold it longer.
+    env = {
+        **os.environ,
+        "SM120_HOME": str(isolated_home),
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_DOWNLOAD_TIMEOUT": "120",
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "sm120", "download", "glm47", "--dir", str(dest)],
         env=env,
@@ -189,11 +196,12 @@ def test_ctrl_c_keeps_the_bytes_and_the_next_run_resumes(
     )
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        fetched = False
+        while not fetched and time.monotonic() < deadline:
             parts = list(partial_dir(dest).glob("*.part")) if partial_dir(dest).is_dir() else []
-            if parts and parts[0].stat().st_size >= CHUNK:
-                break
+            fetched = bool(parts) and parts[0].stat().st_size >= CHUNK
             time.sleep(0.1)
+        assert fetched, "the download never held a first chunk in its .part file"
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:
