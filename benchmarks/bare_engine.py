@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -42,26 +42,30 @@ def bare_ready(
     key: str,
     log: Path | None = None,
     *,
-    supervised: bool = False,
+    supervisor: Literal["pipe", "file"] | None = None,
     facts: dict[str, Any] | None = None,
 ) -> float:
     """Seconds from `vllm serve` to its first answer, for `request` on a free port; the
-    engine's output goes to `log` when given (sm120's engine writes a log too). `supervised`
-    starts it under sm120's supervisor, as `sm120 launch` does (its output through the
-    supervisor's pipe), to tell the supervisor's share of a launch from the command's; `facts`
-    receives the spawn time and the API process's scheduling facts (launch_gap.py)."""
+    engine's output goes to `log` when given (sm120's engine writes a log too). `supervisor`
+    starts it under sm120's supervisor, to tell the supervisor's share of a launch from the
+    command's: "pipe" as `sm120 launch` does (the output through the supervisor's pipe into
+    its log), "file" with the engine writing to `log` itself (the supervisor only its parent).
+    `facts` receives the spawn time and the API process's scheduling facts (launch_gap.py)."""
     port = free_port()
     plan = resolve(replace(request, port=port))
     argv = render_argv(plan, python=python)
     env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
     env.pop("VLLM_PYTHON", None)
-    sink = open(log, "wb") if log is not None and not supervised else subprocess.DEVNULL  # noqa: SIM115
-    if supervised:
-        assert log is not None, "the supervisor writes the engine's output to a log"
+    piped = supervisor == "pipe"
+    sink = open(log, "wb") if log is not None and not piped else subprocess.DEVNULL  # noqa: SIM115
+    if supervisor is not None:
+        assert log is not None, "a supervised engine's output goes to a log"
         exit_file = log.with_suffix(".exit.json")
+        # Without --log the supervisor's child inherits its stdout: the log file itself.
+        own_log = ("--log", str(log)) if piped else ()
         argv = [
             sys.executable, "-m", SUPERVISOR_MODULE,
-            "--exit-file", str(exit_file), "--log", str(log), "--", *argv,
+            "--exit-file", str(exit_file), *own_log, "--", *argv,
         ]  # fmt: skip
     started = time.perf_counter()
     if facts is not None:
@@ -94,7 +98,7 @@ def bare_ready(
         answer.raise_for_status()
         took = time.perf_counter() - started
         if facts is not None:
-            api = find_child_pid(engine.pid) if supervised else engine.pid
+            api = engine.pid if supervisor is None else find_child_pid(engine.pid)
             facts.update(process_facts(api) if api else {})
         return took
     finally:

@@ -6,6 +6,8 @@ timed from its start to the first chat answer, in rotating order:
   supervised  the same command under sm120's supervisor (`python -m
               sm120.engine.runtime.supervise`), its output through the supervisor's pipe:
               what `sm120 launch` spawns, without the command around it
+  supervised-file  the same under the supervisor, the engine writing to its log file
+              itself: the supervisor as parent without the pipe
   sm120       `sm120 launch tiny -V gpu` to its READY line
 For every start it also records the API process's nice value, allowed CPUs, cgroup and
 environment, and splits the engine log by its own timestamps (spawn -> first API line ->
@@ -25,7 +27,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -35,7 +37,8 @@ from gpu_proof import BENCH_KEY, LAUNCH_SETS, log, sm120_ready, tiny_model  # no
 
 from sm120.plan.resolve import PlanRequest  # noqa: E402
 
-SIDES = ("bare", "supervised", "sm120")
+SIDES = ("bare", "supervised", "supervised-file", "sm120")
+SUPERVISOR: dict[str, Literal["pipe", "file"]] = {"supervised": "pipe", "supervised-file": "file"}
 STAMP = re.compile(r"\((APIServer|EngineCore)[^)]*\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
@@ -85,8 +88,8 @@ def main() -> None:
     parser.add_argument(
         "--variant",
         default="gpu",
-        help="the tiny recipe's variant for bare and supervised ('' on a CPU vLLM; the sm120 "
-        "side always launches -V gpu)",
+        help="the tiny recipe's variant for bare and the supervised sides ('' on a CPU vLLM; "
+        "the sm120 side always launches -V gpu)",
     )
     args = parser.parse_args()
     sides = tuple(side for side in args.sides.split(",") if side)
@@ -108,7 +111,7 @@ def main() -> None:
         else:
             took = bare_engine.bare_ready(
                 args.vllm_python, request, cache, BENCH_KEY, path,
-                supervised=side == "supervised", facts=facts,
+                supervisor=SUPERVISOR.get(side), facts=facts,
             )  # fmt: skip
         facts.setdefault("spawned_at", began)
         row = {"side": side, "tag": tag, "ready_s": round(took, 2), **split(facts, path)}
