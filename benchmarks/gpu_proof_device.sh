@@ -12,6 +12,8 @@
 # `wait` waits for the jobs and copies their results into $OUT.
 #   bash benchmarks/gpu_proof_device.sh serve   # any machine: facts, the launch pairs and the
 #                                               # bench on GPU 0 alone (PAIRS, ROUNDS); then `wait`
+#   bash benchmarks/gpu_proof_device.sh gap     # any machine: launch_gap.py's sides (GAP_ROUNDS),
+#                                               # the bench (ROUNDS), then `pytest -m gpu tests/gpu`
 #   bash benchmarks/gpu_proof_device.sh ab DIR  # launch A/B: this checkout's sm120 against the
 #                                               # one in DIR (e.g. `git archive OLD | tar -x`),
 #                                               # bare vllm serve beside both; then `wait`
@@ -61,6 +63,18 @@ serve)
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
   exit 0
   ;;
+gap)
+  mkdir -p "$work"
+  touch "$work/planner.done"
+  setsid bash -c "
+    CUDA_VISIBLE_DEVICES=0 /tmp/py benchmarks/launch_gap.py --vllm-python /tmp/py --out $work \
+      --rounds ${GAP_ROUNDS:-3}
+    (cd /tmp && tar -czf $work/launch-gap-logs.tgz launch-gap-*/logs)
+    CUDA_VISIBLE_DEVICES=0 $proof --label bench --steps facts,bench --bench-rounds ${ROUNDS:-6}
+    CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
+    touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  exit 0
+  ;;
 ab)
   [ -d "${2:-}/sm120" ] || { echo "usage: $0 ab DIR (a checkout with sm120/ in it)" >&2; exit 2; }
   mkdir -p "$work"
@@ -78,13 +92,14 @@ wait)
   done
   ;;
 *)
-  echo "usage: $0 start|serve|ab DIR|wait [seconds]" >&2
+  echo "usage: $0 start|serve|gap|ab DIR|wait [seconds]" >&2
   exit 2
   ;;
 esac
 grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
 tail -n 3 "$work"/pytest-*.log 2>/dev/null
 if [ -n "${OUT:-}" ]; then
-  cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$work"/bench-rounds-*.json "$OUT"/ 2>/dev/null
+  cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$work"/bench-rounds-*.json \
+    "$work"/launch-gap*.json "$OUT"/ 2>/dev/null
   tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
 fi

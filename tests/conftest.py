@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,17 @@ def gpu_missing() -> str | None:
     return None
 
 
+def gpu_count() -> int:
+    listed = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return len(listed.stdout.split()) if listed.returncode == 0 else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """GPU tests need an NVIDIA GPU and a CUDA vLLM; CI has neither and skips them, saying why.
     Integration tests need a real vLLM: VLLM_PYTHON, or the cached managed env (built with
@@ -32,6 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(pytest.mark.skip(reason=reason))
+    elif wanting := [item for item in items if item.get_closest_marker("gpus")]:
+        present = gpu_count()
+        for item in wanting:
+            marker = item.get_closest_marker("gpus")
+            needed = int(marker.args[0]) if marker and marker.args else 1
+            if present < needed:
+                why = f"needs {needed} NVIDIA GPUs, this machine has {present}"
+                item.add_marker(pytest.mark.skip(reason=why))
     if os.environ.get("VLLM_PYTHON") or not any(
         item.get_closest_marker("integration") for item in items
     ):

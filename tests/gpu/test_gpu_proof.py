@@ -4,6 +4,8 @@ benchmarks/results/gpu-proof.json), and the committed results' shape."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -189,3 +191,45 @@ def test_merge_takes_the_later_launch_and_bench_and_summarises_a_doctor_p2p_docu
     assert (summary["pairs_verified"], summary["pairs"]) == (12, 12)
     assert 300 < summary["gbps_range"][0] <= summary["gbps_range"][1]
     assert "12 of 12 peer copies verified" in (tmp_path / "out" / "gpu-proof.md").read_text()
+
+
+def test_a_launch_gap_run_becomes_the_merged_launch_figure(tmp_path: Path) -> None:
+    import launch_gap
+
+    runs = REPO / "benchmarks" / "results" / "gpu-proof-runs"
+    rows = json.loads((runs / "20-h100-launch-gap.json").read_text())
+    part = launch_gap.proof_part(rows, "gap", "1x NVIDIA H100 80GB HBM3")
+    launch = part["launch"]
+    assert launch["sides"]["sm120"]["samples_s"] == [45.47, 38.99, 41.7]
+    assert (launch["ready_s"], launch["bare_ready_s"], launch["ratio"]) == (41.7, 39.89, 1.045)
+    older = {"label": "old", "machine": "m", "steps": {"launch": "ok"}, "launch": {"ratio": 2.0}}
+    (tmp_path / "old.json").write_text(json.dumps(older))
+    (tmp_path / "gap.json").write_text(json.dumps(part))
+    gpu_proof.merge([tmp_path / "old.json", tmp_path / "gap.json"], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
+    assert merged["launch"]["ratio"] == 1.045 and merged["launch"]["run"] == "gap"
+    assert json.loads(RESULTS.read_text())["launch"]["ratio"] == launch["ratio"]
+
+
+def test_the_process_tree_names_each_process_its_start_and_cpu() -> None:
+    import subprocess
+    import time
+
+    import bare_engine
+
+    began = time.time()
+    parent = subprocess.Popen(
+        ["bash", "-c", "sleep 30 & sum=0; while [ $sum -lt 1 ]; do :; done"],
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.0)
+        tree = bare_engine.process_tree(parent.pid)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # the sleep too: nothing outlives the test
+        parent.wait()
+    assert [process["name"] for process in tree] == ["bash", "sleep"]
+    shell = tree[0]
+    assert shell["cpu_s"] > 0.3  # the busy loop ran for about a second
+    assert began - 0.1 <= shell["started_at"] <= began + 1.0
+    assert {"runqueue_wait_s", "voluntary_ctxt_switches", "threads"} <= set(shell)

@@ -16,7 +16,8 @@ from sm120.doctor.p2p_live import doctor_p2p
 from sm120.doctor.run import Machine
 from tests.helpers import probes_running
 
-pytestmark = pytest.mark.gpu
+# On one GPU the probe runs its CPU (gloo) path, which the unit tests already cover.
+pytestmark = [pytest.mark.gpu, pytest.mark.gpus(2)]
 
 
 def live(**environ: str) -> Machine:
