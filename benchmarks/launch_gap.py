@@ -10,11 +10,14 @@ timed from its start to the first chat answer, in rotating order:
               itself: the supervisor as parent without the pipe
   sm120       `sm120 launch tiny -V gpu` to its READY line
 For every start it also records the API process's nice value, allowed CPUs, cgroup and
-environment, and splits the engine log by its own timestamps (spawn -> first API line ->
-first EngineCore line -> server up), so a difference shows where it arises.
+environment and, at READY, its process tree (each process's start, CPU seconds and run-queue
+wait), and splits the engine log by its own timestamps (spawn -> first API line -> first
+EngineCore line -> server up), so a difference shows where it arises.
 
 Run on the device after device-setup:
     /tmp/py benchmarks/launch_gap.py --vllm-python /tmp/py --out $OUT [--rounds 3]
+It writes OUT/launch-gap.json (every start) and OUT/gpu-proof-<label>.json, the part whose
+launch figure `gpu_proof.py --merge` takes; `--summarise FILE` writes only that part.
 """
 
 from __future__ import annotations
