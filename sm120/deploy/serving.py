@@ -103,15 +103,31 @@ def serve(
     except SM120Error as exc:
         view.error(exc)
         return EXIT_ERROR
-    gate_code = run_launch_gate(ready, engine, gate, view.line) if gate else 0
-    if gate_code and not (gate and gate.keep_on_fail):
-        return gate_code
-    view.ready(ready)
-    if gate_code:
-        return gate_code
-    if foreground:
-        return follow_until_interrupted(ready, engine, view)
+    try:
+        gate_code = run_launch_gate(ready, engine, gate, view.line) if gate else 0
+        if gate_code and not (gate and gate.keep_on_fail):
+            return gate_code
+        view.ready(ready)
+        if gate_code:
+            return gate_code
+        if foreground:
+            return follow_until_interrupted(ready, engine, view)
+    except KeyboardInterrupt:
+        # Between a healthy start and the command's end (the gate, the banner, the step into
+        # following it): the command has not handed the engine over yet, so it stops it.
+        return _stop_interrupted(ready, view, 0 if foreground else EXIT_INTERRUPTED)
     return 0
+
+
+def _stop_interrupted(ready: Ready, view: ServeView, code: int) -> int:
+    notify("STOPPING=1")
+    view.line("stopping...")
+    try:
+        view.line(stop_deployment(ready.state.name).describe())
+    except SM120Error as exc:
+        view.error(exc)
+        return EXIT_ERROR
+    return code
 
 
 def follow_until_interrupted(ready: Ready, runtime: Runtime, view: ServeView) -> int:
@@ -121,8 +137,10 @@ def follow_until_interrupted(ready: Ready, runtime: Runtime, view: ServeView) ->
     that restarts the server it follows the deployment through the restarts instead, and the
     breaker giving up ends it with EXIT_GAVE_UP (sm120.deploy.foreground)."""
     state = ready.state
-    notify(f"READY=1\nMAINPID={os.getpid()}")
     try:
+        # Inside the try: a SIGTERM sent the moment READY=1 arrives may land while this call
+        # is still closing its socket (seen in CI: exit 130, the engine left running).
+        notify(f"READY=1\nMAINPID={os.getpid()}")
         if ready.monitor_pid and monitor_restarts(state.name):
             end = follow_deployment(state.name, view.line)
             if end.stopped:
@@ -143,14 +161,7 @@ def follow_until_interrupted(ready: Ready, runtime: Runtime, view: ServeView) ->
         view.line(stop_deployment(state.name).describe())
         return EXIT_FAILED
     except KeyboardInterrupt:
-        notify("STOPPING=1")
-        view.line("stopping...")
-        try:
-            view.line(stop_deployment(state.name).describe())
-        except SM120Error as exc:
-            view.error(exc)
-            return EXIT_ERROR
-        return 0
+        return _stop_interrupted(ready, view, 0)
     except SM120Error as exc:
         view.error(exc)
         return EXIT_FAILED
