@@ -403,20 +403,17 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from sm120.measure.target import target_for_deployment
 
     home = work / "home"
-    if args.bench_model == "tiny" and not (home / "deployments" / "tiny").exists():
-        # Without the launch step before it: the bench launches its own tiny deployment.
+    tiny = args.bench_model == "tiny"
+    # The launch step leaves a tiny deployment up; without that step, or for another model,
+    # the bench launches its own.
+    if not tiny or not (home / "deployments" / "tiny").exists():
+        if not tiny:
+            # The launch step's tiny deployment (if any) makes way for the bench's model.
+            run([sys.executable, "-m", "sm120", "stop"], env=sm120_env(home, args.vllm_python))
+            home = work / "home-bench"
         env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
-        argv = launch_args(tiny_model(args, work), free_port(), BENCH_SETS)
-        launched = run([sys.executable, "-m", "sm120", *argv], env=env)
-        if launched.returncode != 0:
-            raise RuntimeError(f"sm120 launch for the bench failed: {launched.stderr[-1500:]}")
-    elif args.bench_model != "tiny":
-        # The launch step's tiny deployment makes way for one of the bench's model.
-        run([sys.executable, "-m", "sm120", "stop"], env=sm120_env(home, args.vllm_python))
-        home = work / "home-bench"
-        env = {**sm120_env(home, args.vllm_python), "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
-        model = bench_model(args, work)
-        argv = launch_args(model, free_port(), ("load-format=dummy", *BENCH_SETS))
+        sets = BENCH_SETS if tiny else ("load-format=dummy", *BENCH_SETS)
+        argv = launch_args(bench_model(args, work), free_port(), sets)
         launched = run([sys.executable, "-m", "sm120", *argv], env=env)
         if launched.returncode != 0:
             raise RuntimeError(f"sm120 launch of the bench model failed: {launched.stderr[-1500:]}")
