@@ -14,6 +14,9 @@
 #                                               # bench on GPU 0 alone (PAIRS, ROUNDS); then `wait`
 #   bash benchmarks/gpu_proof_device.sh gap     # any machine: launch_gap.py's sides (GAP_ROUNDS),
 #                                               # the bench (ROUNDS), then `pytest -m gpu tests/gpu`
+#   bash benchmarks/gpu_proof_device.sh bench   # any machine: the bench alone (ROUNDS) on
+#                                               # BENCH_MODEL (default 8b: Llama-3-8B's shape,
+#                                               # dummy weights), then `pytest -m gpu tests/gpu`
 #   bash benchmarks/gpu_proof_device.sh ab DIR  # launch A/B: this checkout's sm120 against the
 #                                               # one in DIR (e.g. `git archive OLD | tar -x`),
 #                                               # bare vllm serve beside both; then `wait`
@@ -70,7 +73,18 @@ gap)
     CUDA_VISIBLE_DEVICES=0 /tmp/py benchmarks/launch_gap.py --vllm-python /tmp/py --out $work \
       --rounds ${GAP_ROUNDS:-3}
     (cd /tmp && tar -czf $work/launch-gap-logs.tgz launch-gap-*/logs)
-    CUDA_VISIBLE_DEVICES=0 $proof --label bench --steps facts,bench --bench-rounds ${ROUNDS:-6}
+    CUDA_VISIBLE_DEVICES=0 $proof --label bench --steps facts,bench --bench-rounds ${ROUNDS:-6} \
+      --bench-model ${BENCH_MODEL:-tiny}
+    CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
+    touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
+  exit 0
+  ;;
+bench)
+  mkdir -p "$work"
+  touch "$work/planner.done"
+  setsid bash -c "
+    CUDA_VISIBLE_DEVICES=0 $proof --label bench-${BENCH_MODEL:-8b} --steps facts,bench \
+      --bench-rounds ${ROUNDS:-6} --bench-model ${BENCH_MODEL:-8b}
     CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
   exit 0
@@ -92,7 +106,7 @@ wait)
   done
   ;;
 *)
-  echo "usage: $0 start|serve|gap|ab DIR|wait [seconds]" >&2
+  echo "usage: $0 start|serve|gap|bench|ab DIR|wait [seconds]" >&2
   exit 2
   ;;
 esac
