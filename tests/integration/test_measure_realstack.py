@@ -67,8 +67,8 @@ def run_json(home: Path, *args: str, timeout: float = 900) -> tuple[int, dict[st
 
 def reset_prefix_cache(port: int) -> None:
     """Empty the server's prefix cache. Prompt starts are drawn from the tiny model's 506
-    ids, so a run can meet a block an earlier `vllm bench serve` run left cached (about one
-    CI run in ten did); emptied, any hit left is a repeat of our own."""
+    ids, so a run can meet a block an earlier `vllm bench serve` run left cached (a CI run
+    met one); emptied, any hit left is a repeat of our own."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/reset_prefix_cache", method="POST")
     deadline = time.monotonic() + 30
     while True:
