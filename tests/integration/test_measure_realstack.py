@@ -20,7 +20,7 @@ import pytest
 
 from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import free_port, port_is_free
-from tests.integration.realstack import engine_processes, sm120, state_of
+from tests.integration.realstack import engine_processes, sm120, state_of, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,14 +70,13 @@ def reset_prefix_cache(port: int) -> None:
     ids, so a run can meet a block an earlier `vllm bench serve` run left cached (a CI run
     met one); emptied, any hit left is a repeat of our own."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/reset_prefix_cache", method="POST")
-    deadline = time.monotonic() + 30
-    while True:
+
+    def reset() -> bool:
+        # success false while a request still holds blocks: the run before may not have drained
         with urllib.request.urlopen(request, timeout=10) as response:
-            if json.load(response).get("success"):
-                return
-        # refused while a request still holds blocks: the run before may not have drained
-        assert time.monotonic() < deadline, "the prefix cache could not be reset in 30 s"
-        time.sleep(0.5)
+            return bool(json.load(response).get("success"))
+
+    wait_for("the prefix cache reset", reset, 30)
 
 
 def sane_seconds(value: float | None, upper: float = 120.0) -> bool:
