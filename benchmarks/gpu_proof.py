@@ -15,8 +15,10 @@ Steps (all by default, in this order; each one's failure is recorded and the res
   bench     `sm120 bench` against `vllm bench serve` on that server, the tool that goes
             first swapped every round: decode tok/s and TTFT at 256/768/2048/8192 tokens,
             both tools' prompts built as vLLM's random dataset builds them (--bench-prompts
-            text-pool: sm120's ordinary-text prompts of before); then /metrics and the
-            engine log into captures.tgz, and stop
+            text-pool: sm120's ordinary-text prompts of before); --bench-pairs N: vLLM's
+            request function against ours, request by request (benchmarks/request_ab.py);
+            --bench-probe N: rounds of benchmarks/short_ttft_probe.py; then /metrics and
+            the engine log into captures.tgz, and stop (--bench-rounds 0: no tool rounds)
   planner   reduced-layer configs of GLM-4.7, GLM-5.2 and DeepSeek-V4-Flash
             (benchmarks/reduced_models.py) served with dummy weights at a fixed
             --kv-cache-memory-bytes; the engine's "GPU KV cache size" against `sm120 plan`
@@ -54,8 +56,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bare_engine  # noqa: E402
-from bench_vs_vllm import ratio_interval, run_rounds  # noqa: E402
+from bench_vs_vllm import ratio_interval, request_level, run_rounds  # noqa: E402
 from reduced_models import write_reduced  # noqa: E402
+from short_ttft_probe import CONDITIONS as CONDITION_NAMES  # noqa: E402
 
 STEPS = ("facts", "captures", "doctor", "launch", "bench", "planner")
 LENGTHS = (256, 768, 2048, 8192)
@@ -426,27 +429,95 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     try:
         target = target_for_deployment(None)
-        samples, _ = run_rounds(
-            target,
-            home,
-            rounds=args.bench_rounds,
-            lengths=LENGTHS,
-            decode_tokens=128,
-            requests=args.bench_requests,
-            vllm_python=args.vllm_python,
-            report=log,
-            prompts=args.bench_prompts,
-            after_round=keep,
-        )
+        samples: dict[str, Any] = {}
+        positions: dict[str, Any] = {}
+        if args.bench_rounds:
+            samples, positions = run_rounds(
+                target,
+                home,
+                rounds=args.bench_rounds,
+                lengths=LENGTHS,
+                decode_tokens=128,
+                requests=args.bench_requests,
+                vllm_python=args.vllm_python,
+                report=log,
+                prompts=args.bench_prompts,
+                after_round=keep,
+            )
+        pairs = request_pairs(args) if args.bench_pairs else {}
+        probe = short_ttft_probe(args, home) if args.bench_probe else None
         capture_metrics(target.base_url, target.api_key, work)
     finally:
         capture_engine_log(home, work)
         run([sys.executable, "-m", "sm120", "stop"], env=sm120_env(home, args.vllm_python))
+    found: dict[str, Any] = {}
+    if probe is not None:
+        found["short_ttft_probe"] = probe
+    if not args.bench_rounds:
+        return {**found, **({"request_pairs": pairs} if pairs else {})}
     shape = BENCH_SHAPES[args.bench_model]
     served = "tiny" if shape is None else f"{args.bench_model}: Llama {shape}, dummy weights"
     prompts = args.bench_prompts or BenchOptions().prompts
     summary = bench_summary(samples, args.bench_rounds)
-    return {"bench": {**summary, "model": served, "prompts": prompts}}
+    extra: dict[str, Any] = {"ttft_ms_by_position": positions}
+    if pairs:
+        extra["request_pairs"] = pairs
+    return {**found, "bench": {**summary, "model": served, "prompts": prompts, **extra}}
+
+
+def short_ttft_probe(args: argparse.Namespace, home: Path) -> dict[str, Any]:
+    """benchmarks/short_ttft_probe.py on the bench's deployment: its summary, each line
+    logged as it comes."""
+    out = args.out / f"short-ttft-probe-{args.label}.json"
+    argv = [sys.executable, str(REPO / "benchmarks" / "short_ttft_probe.py")]
+    argv += ["--vllm-python", args.vllm_python, "--rounds", str(args.bench_probe)]
+    argv += ["--out", str(out)]
+    with subprocess.Popen(
+        argv,
+        env={**os.environ, **sm120_env(home, args.vllm_python)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as probe:
+        assert probe.stdout is not None
+        for line in probe.stdout:
+            log(line.rstrip())
+    if probe.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"short_ttft_probe.py exited {probe.returncode}")
+    summary: dict[str, Any] = json.loads(out.read_text())["summary"]
+    return summary
+
+
+# Each request's own output tokens in the pairs: the prefill points' count, so a pair's TTFTs
+# are those the bench's prefill figures are made of.
+PAIR_TOKENS = 8
+
+
+def request_pairs(args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM's request function against ours, alternating request by request on one server
+    (benchmarks/request_ab.py): what is left between the tools once ordering, process start
+    and the prompts' making are the same for both. Per length, medians and the median of
+    each pair's own ratio."""
+    found: dict[str, Any] = {}
+    for length in LENGTHS:
+        log(f"request pairs: {args.bench_pairs} at {length} tokens")
+        sides = request_level(
+            length, argparse.Namespace(pairs=args.bench_pairs, decode_tokens=PAIR_TOKENS)
+        )
+        ours = [float(r["ttft"]) for r in sides["sm120"]]
+        theirs = [float(r["ttft"]) for r in sides["vllm"]]
+        each = [a / b for a, b in zip(ours, theirs, strict=True) if b]
+        found[str(length)] = {
+            "pairs": len(each),
+            "median_ttft_s": {
+                "sm120": round(statistics.median(ours), 5),
+                "vllm": round(statistics.median(theirs), 5),
+            },
+            "ratio_of_medians": round(statistics.median(ours) / statistics.median(theirs), 3),
+            "median_pair_ratio": round(statistics.median(each), 3),
+        }
+        log(f"request pairs at {length}: {found[str(length)]}")
+    return found
 
 
 def bench_summary(samples: dict[str, dict[str, list[float]]], rounds: int) -> dict[str, Any]:
@@ -690,6 +761,18 @@ def main() -> None:
     parser.add_argument("--bench-requests", type=int, default=16)
     parser.add_argument("--bench-model", choices=sorted(BENCH_SHAPES), default="tiny")
     parser.add_argument(
+        "--bench-probe",
+        type=int,
+        default=0,
+        help="bench: also this many rounds of benchmarks/short_ttft_probe.py",
+    )
+    parser.add_argument(
+        "--bench-pairs",
+        type=int,
+        default=0,
+        help="bench: also this many request-level pairs per prompt length (request_ab.py)",
+    )
+    parser.add_argument(
         "--bench-prompts",
         choices=("vllm-random", "text-pool"),
         help="how sm120 makes its bench prompts (sm120 bench's default when not given)",
@@ -724,8 +807,9 @@ def main() -> None:
 
 
 # Figures a later run measures again with a better method or tool: the launch timing (to the
-# READY line), the bench (its prompts built as vLLM's random dataset builds them).
-LATER_REPLACES = ("launch", "bench")
+# READY line), the bench (its prompts built as vLLM's random dataset builds them), the
+# request-level pairs and the short-prompt probe.
+LATER_REPLACES = ("launch", "bench", "request_pairs", "short_ttft_probe")
 
 
 def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
@@ -760,6 +844,10 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
                     rows[case] = row
             elif key in LATER_REPLACES:
                 merged[key] = {**value, "run": label}
+                if key == "bench" and "request_pairs" in value:
+                    # kept apart: a later bench without pairs leaves these standing
+                    merged["request_pairs"] = {**merged[key].pop("request_pairs"), "run": label}
+                merged[key].pop("ttft_ms_by_position", None)  # in the run's own file
             elif key not in ("label", "steps", "machine", "note"):
                 merged.setdefault(key, value)
     merged["planner"] = list(rows.values())
@@ -842,7 +930,8 @@ def markdown(data: dict[str, Any]) -> str:
         lines += [
             f"| sm120 bench / vllm bench serve ({bench['rounds']} rounds"
             + (f" ({bench['run']})" if "run" in bench else "")
-            + f", model {bench.get('model', 'tiny')}, "
+            # "8b: Llama {...shape...}, dummy weights": the name, the shape is in the run's file
+            + f", model {bench.get('model', 'tiny').split(':')[0]}, "
             f"sm120 prompts {bench.get('prompts', 'text-pool')}) "
             "| ratio | 90% interval |",
             "|---|---|---|",
@@ -852,6 +941,40 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"| prefill tok/s @ {n} | {point['ratio']} | {point['interval90']} |")
         for n, point in detail["median_ttft"].items():
             lines.append(f"| median TTFT @ {n} | {point['ratio']} | {point['interval90']} |")
+        lines.append("")
+    pairs = data.get("request_pairs")
+    if pairs:
+        lines += [
+            f"| request level ({pairs['run']}): vLLM's request function against ours, "
+            "alternating | pairs | median TTFT sm120 / vLLM | ratio of medians | "
+            "median of each pair's ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for n, row in pairs.items():
+            if n == "run":
+                continue
+            ttft = row["median_ttft_s"]
+            lines.append(
+                f"| {n} tokens | {row['pairs']} | {ttft['sm120'] * 1000:.2f} / "
+                f"{ttft['vllm'] * 1000:.2f} ms | {row['ratio_of_medians']} | "
+                f"{row['median_pair_ratio']} |"
+            )
+        lines.append("")
+    probe = data.get("short_ttft_probe")
+    if probe:
+        lines += [
+            f"| short-prompt probe ({probe['run']}), median TTFT | "
+            + " | ".join(CONDITION_NAMES)
+            + " |",
+            "|---" * (len(CONDITION_NAMES) + 1) + "|",
+        ]
+        for n, row in probe.items():
+            if n == "run":
+                continue
+            cells = [
+                f"{row[c]['median_ms']} ms (x{row[c]['ratio_to_ours']})" for c in CONDITION_NAMES
+            ]
+            lines.append(f"| {n} tokens | " + " | ".join(cells) + " |")
         lines.append("")
     rows = data.get("planner") or []
     if rows:

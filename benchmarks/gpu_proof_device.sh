@@ -16,7 +16,11 @@
 #                                               # the bench (ROUNDS), then `pytest -m gpu tests/gpu`
 #   bash benchmarks/gpu_proof_device.sh bench   # any machine: the bench alone (ROUNDS) on
 #                                               # BENCH_MODEL (default 8b: Llama-3-8B's shape,
-#                                               # dummy weights), then `pytest -m gpu tests/gpu`
+#                                               # dummy weights), PAIRS request-level pairs per
+#                                               # length, PROBE rounds of short_ttft_probe.py
+#                                               # (default none of either; ROUNDS=0: no bench
+#                                               # rounds), then `pytest -m gpu tests/gpu`
+#                                               # (GPU_TESTS=0 leaves them out)
 #   bash benchmarks/gpu_proof_device.sh ab DIR  # launch A/B: this checkout's sm120 against the
 #                                               # one in DIR (e.g. `git archive OLD | tar -x`),
 #                                               # bare vllm serve beside both; then `wait`
@@ -84,8 +88,9 @@ bench)
   touch "$work/planner.done"
   setsid bash -c "
     CUDA_VISIBLE_DEVICES=0 $proof --label bench-${BENCH_MODEL:-8b} --steps facts,bench \
-      --bench-rounds ${ROUNDS:-6} --bench-model ${BENCH_MODEL:-8b}
-    CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
+      --bench-rounds ${ROUNDS:-6} --bench-model ${BENCH_MODEL:-8b} \
+      --bench-pairs ${PAIRS:-0} --bench-probe ${PROBE:-0}
+    [ ${GPU_TESTS:-1} = 0 ] || CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
   exit 0
   ;;
@@ -114,6 +119,6 @@ grep -h "gpu-proof" "$work"/*.log 2>/dev/null | cut -c1-300 | tail -40
 tail -n 3 "$work"/pytest-*.log 2>/dev/null
 if [ -n "${OUT:-}" ]; then
   cp "$work"/gpu-proof-*.json "$work"/launch-pairs-*.json "$work"/bench-rounds-*.json \
-    "$work"/launch-gap*.json "$OUT"/ 2>/dev/null
+    "$work"/launch-gap*.json "$work"/short-ttft-probe-*.json "$OUT"/ 2>/dev/null
   tar -czf "$OUT/jobs.tgz" -C "$work" . 2>/dev/null
 fi

@@ -193,6 +193,56 @@ def test_merge_takes_the_later_launch_and_bench_and_summarises_a_doctor_p2p_docu
     assert "12 of 12 peer copies verified" in (tmp_path / "out" / "gpu-proof.md").read_text()
 
 
+def test_request_pairs_outlive_a_later_bench_without_them(tmp_path: Path) -> None:
+    pairs = {
+        "256": {
+            "pairs": 60,
+            "median_ttft_s": {"sm120": 0.0306, "vllm": 0.0313},
+            "ratio_of_medians": 0.977,
+            "median_pair_ratio": 0.973,
+        }
+    }
+    with_pairs = tmp_path / "23.json"
+    later = tmp_path / "22.json"
+    positions = {"ttft_ms_by_position": {"vllm": {"256": [[30.0]]}, "sm120": {"256": [[21.0]]}}}
+    with_pairs.write_text(
+        json.dumps(
+            {"label": "pairs", "bench": {**bench_part(1.0), **positions, "request_pairs": pairs}}
+        )
+    )
+    later.write_text(json.dumps({"label": "rounds", "bench": {**bench_part(0.999), **positions}}))
+    gpu_proof.merge([with_pairs, later], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
+    assert (merged["bench"]["decode_ratio"], merged["bench"]["run"]) == (0.999, "rounds")
+    assert merged["request_pairs"]["run"] == "pairs"
+    assert merged["request_pairs"]["256"]["ratio_of_medians"] == 0.977
+    # per-request TTFTs stay in each run's own file
+    assert "ttft_ms_by_position" not in merged["bench"]
+    assert "request_pairs" not in merged["bench"]
+    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    assert "| 256 tokens | 60 | 30.60 / 31.30 ms | 0.977 | 0.973 |" in table
+
+
+def test_the_short_prompt_probe_is_summarised_against_ours_and_merged(tmp_path: Path) -> None:
+    import short_ttft_probe
+
+    def one_round(ours: float, vllm: float) -> dict[str, object]:
+        values = {"ours": ours, "ours-in-vllm": vllm, "ours-beside": ours, "vllm": vllm}
+        return {c: {"ttfts_ms": {"256": [v, v + 2.0, v - 2.0]}} for c, v in values.items()}
+
+    summary = short_ttft_probe.summarize([one_round(21.0, 33.0), one_round(23.0, 35.0)], (256,))
+    row = summary["256"]
+    assert row["ours"]["per_round_ms"] == [21.0, 23.0]
+    assert (row["ours"]["median_ms"], row["vllm"]["median_ms"]) == (22.0, 34.0)
+    assert row["vllm"]["ratio_to_ours"] == round(34.0 / 22.0, 3)
+    part = tmp_path / "probe.json"
+    part.write_text(json.dumps({"label": "probe", "short_ttft_probe": summary}))
+    gpu_proof.merge([part], tmp_path / "out")
+    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    assert "| short-prompt probe (probe), median TTFT | ours | ours-in-vllm |" in table
+    assert "| 256 tokens | 22.0 ms (x1.0) | 34.0 ms (x1.545) |" in table
+
+
 def test_a_launch_gap_run_becomes_the_merged_launch_figure(tmp_path: Path) -> None:
     import launch_gap
 
