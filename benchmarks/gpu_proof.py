@@ -453,16 +453,18 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if probe is not None:
         found["short_ttft_probe"] = probe
-    if not args.bench_rounds:
-        return {**found, **({"request_pairs": pairs} if pairs else {})}
-    shape = BENCH_SHAPES[args.bench_model]
-    served = "tiny" if shape is None else f"{args.bench_model}: Llama {shape}, dummy weights"
-    prompts = args.bench_prompts or BenchOptions().prompts
-    summary = bench_summary(samples, args.bench_rounds)
-    extra: dict[str, Any] = {"ttft_ms_by_position": positions}
     if pairs:
-        extra["request_pairs"] = pairs
-    return {**found, "bench": {**summary, "model": served, "prompts": prompts, **extra}}
+        found["request_pairs"] = pairs
+    if args.bench_rounds:
+        shape = BENCH_SHAPES[args.bench_model]
+        served = "tiny" if shape is None else f"{args.bench_model}: Llama {shape}, dummy weights"
+        found["bench"] = {
+            **bench_summary(samples, args.bench_rounds),
+            "model": served,
+            "prompts": args.bench_prompts or BenchOptions().prompts,
+            "ttft_ms_by_position": positions,
+        }
+    return found
 
 
 def short_ttft_probe(args: argparse.Namespace, home: Path) -> dict[str, Any]:
@@ -845,7 +847,7 @@ def merge(parts: list[Path], out: Path, logs: Path | None = None) -> None:
             elif key in LATER_REPLACES:
                 merged[key] = {**value, "run": label}
                 if key == "bench" and "request_pairs" in value:
-                    # kept apart: a later bench without pairs leaves these standing
+                    # run 23 recorded its pairs inside its bench; a later bench has none
                     merged["request_pairs"] = {**merged[key].pop("request_pairs"), "run": label}
                 merged[key].pop("ttft_ms_by_position", None)  # in the run's own file
             elif key not in ("label", "steps", "machine", "note"):

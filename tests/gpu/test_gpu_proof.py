@@ -221,6 +221,12 @@ def test_request_pairs_outlive_a_later_bench_without_them(tmp_path: Path) -> Non
     assert "request_pairs" not in merged["bench"]
     table = (tmp_path / "out" / "gpu-proof.md").read_text()
     assert "| 256 tokens | 60 | 30.60 / 31.30 ms | 0.977 | 0.973 |" in table
+    # the runner now writes them beside the bench; a later run's pairs replace the earlier
+    newer = tmp_path / "24.json"
+    newer.write_text(json.dumps({"label": "newer", "request_pairs": {"256": {**pairs["256"]}}}))
+    gpu_proof.merge([with_pairs, later, newer], tmp_path / "out")
+    merged = json.loads((tmp_path / "out" / "gpu-proof.json").read_text())
+    assert merged["request_pairs"]["run"] == "newer"
 
 
 def test_the_short_prompt_probe_is_summarised_against_ours_and_merged(tmp_path: Path) -> None:
