@@ -964,19 +964,20 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append("")
     probe = data.get("short_ttft_probe")
     if probe:
+        lengths = [n for n in probe if n.isdigit()]
+        ran = [c for c in CONDITION_NAMES if c in probe[lengths[0]]]
         lines += [
-            f"| short-prompt probe ({probe['run']}), median TTFT | "
-            + " | ".join(CONDITION_NAMES)
-            + " |",
-            "|---" * (len(CONDITION_NAMES) + 1) + "|",
+            f"| short-prompt probe ({probe['run']}), median TTFT | " + " | ".join(ran) + " |",
+            "|---" * (len(ran) + 1) + "|",
         ]
-        for n, row in probe.items():
-            if n == "run":
-                continue
-            cells = [
-                f"{row[c]['median_ms']} ms (x{row[c]['ratio_to_ours']})" for c in CONDITION_NAMES
-            ]
+        for n in lengths:
+            row = probe[n]
+            cells = [f"{row[c]['median_ms']} ms (x{row[c]['ratio_to_ours']})" for c in ran]
             lines.append(f"| {n} tokens | " + " | ".join(cells) + " |")
+        clocks = probe.get("sm_mhz")
+        if clocks:
+            cells = [f"{clocks[c]:.0f} MHz" for c in ran]
+            lines.append("| GPU SM clock | " + " | ".join(cells) + " |")
         lines.append("")
     rows = data.get("planner") or []
     if rows:

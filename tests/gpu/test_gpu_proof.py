@@ -249,6 +249,43 @@ def test_the_short_prompt_probe_is_summarised_against_ours_and_merged(tmp_path: 
     assert "| 256 tokens | 22.0 ms (x1.0) | 34.0 ms (x1.545) |" in table
 
 
+def test_the_probe_summarises_the_conditions_it_ran_and_their_gpu_clocks(tmp_path: Path) -> None:
+    import short_ttft_probe
+
+    def one_round(ours: float, phased: float, mhz: float) -> dict[str, object]:
+        return {
+            condition: {"ttfts_ms": {"256": [ttft]}, "gpu": {"sm_mhz_median": mhz + step}}
+            for step, (condition, ttft) in enumerate({"ours": ours, "ours-phased": phased}.items())
+        }
+
+    rounds = [one_round(21.0, 33.0, 1900.0), one_round(23.0, 31.0, 1700.0)]
+    summary = short_ttft_probe.summarize(rounds, (256,))
+    assert set(summary["256"]) == {"ours", "ours-phased"}
+    assert summary["256"]["ours-phased"]["ratio_to_ours"] == round(32.0 / 22.0, 3)
+    assert summary["sm_mhz"] == {"ours": 1800.0, "ours-phased": 1801.0}
+    part = tmp_path / "probe.json"
+    part.write_text(json.dumps({"label": "probe", "short_ttft_probe": summary}))
+    gpu_proof.merge([part], tmp_path / "out")
+    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    assert "| short-prompt probe (probe), median TTFT | ours | ours-phased |" in table
+    assert "| 256 tokens | 22.0 ms (x1.0) | 32.0 ms (x1.455) |" in table
+    assert "| GPU SM clock | 1800 MHz | 1801 MHz |" in table
+
+
+def test_the_probe_refuses_conditions_it_does_not_know_or_a_run_without_ours() -> None:
+    import subprocess
+    import sys
+
+    probe = REPO / "benchmarks" / "short_ttft_probe.py"
+    for conditions, named in (("ours,vllm-fast", "['vllm-fast']"), ("vllm", "none")):
+        argv = [sys.executable, str(probe), "--vllm-python", sys.executable]
+        done = subprocess.run(
+            [*argv, "--conditions", conditions], capture_output=True, text=True, check=False
+        )
+        assert done.returncode != 0
+        assert f"unknown {named}; name 'ours'" in done.stderr
+
+
 def test_a_launch_gap_run_becomes_the_merged_launch_figure(tmp_path: Path) -> None:
     import launch_gap
 
