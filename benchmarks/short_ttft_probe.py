@@ -68,7 +68,7 @@ def measure_once(tool: str, lengths: tuple[int, ...], requests: int, out: Path) 
     if tool == "ours-phased":
         # A probe, not a mode of the bench: the one phase of the bench it changes is swapped
         # in this throwaway process alone.
-        bench._prefill = phased_prefill  # type: ignore[assignment]
+        bench._prefill = phased_prefill
 
     options = BenchOptions(
         mode="quick",
