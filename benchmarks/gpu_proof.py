@@ -199,7 +199,15 @@ LAUNCH_SETS = ("enable-prefix-caching=false",)
 # come out a token or two long at times (14 of 32 at 8,192 tokens on the tiny tokenizer), and
 # at the recipe's 8,192 those need a second engine step before their first token, which ours
 # (exact lengths) never do; an H100 run read vLLM's median TTFT at 8,192 ~6 ms above ours.
-BENCH_SETS = ("max-num-batched-tokens=16384",)
+# And it captures CUDA graphs for steps of up to 1,024 tokens. With the recipe's 16 sequences
+# vLLM captures only up to 32 tokens, so a 256- or 768-token prefill ran its 32 layers without
+# a graph, launched kernel by kernel from Python: its TTFT was the host CPU's launch speed
+# (256 and 768 tokens both 22-44 ms on an H200, in stretches that came and went within a run,
+# whichever client measured; run 25), not the GPU's, and no 5% comparison can be read off that.
+BENCH_SETS = (
+    "max-num-batched-tokens=16384",
+    'compilation-config={"max_cudagraph_capture_size": 1024}',
+)
 # One fixed key for every start of both sides: vLLM hashes VLLM_API_KEY into its compile-cache
 # key, so a new key per start would compile anew each time (a deployment keeps its key).
 BENCH_KEY = "gpu-proof-fixed-key"
@@ -461,6 +469,7 @@ def step_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         found["bench"] = {
             **bench_summary(samples, args.bench_rounds),
             "model": served,
+            "server_sets": list(BENCH_SETS),
             "prompts": args.bench_prompts or BenchOptions().prompts,
             "ttft_ms_by_position": positions,
         }
