@@ -943,8 +943,9 @@ def markdown(data: dict[str, Any]) -> str:
             + (f" ({bench['run']})" if "run" in bench else "")
             # "8b: Llama {...shape...}, dummy weights": the name, the shape is in the run's file
             + f", model {bench.get('model', 'tiny').split(':')[0]}, "
-            f"sm120 prompts {bench.get('prompts', 'text-pool')}) "
-            "| ratio | 90% interval |",
+            f"sm120 prompts {bench.get('prompts', 'text-pool')}"
+            + "".join(f", --set {setting}" for setting in bench.get("server_sets", ()))
+            + ") | ratio | 90% interval |",
             "|---|---|---|",
             f"| decode tok/s | {detail['decode']['ratio']} | {detail['decode']['interval90']} |",
         ]

@@ -16,7 +16,8 @@
 #                                               # the bench (ROUNDS), then `pytest -m gpu tests/gpu`
 #   bash benchmarks/gpu_proof_device.sh bench   # any machine: the bench alone (ROUNDS) on
 #                                               # BENCH_MODEL (default 8b: Llama-3-8B's shape,
-#                                               # dummy weights), PAIRS request-level pairs per
+#                                               # dummy weights), REQUESTS per point and
+#                                               # round (default 16), PAIRS request-level pairs per
 #                                               # length, PROBE rounds of short_ttft_probe.py
 #                                               # (default none of either; ROUNDS=0: no bench
 #                                               # rounds), then `pytest -m gpu tests/gpu`
@@ -89,7 +90,7 @@ bench)
   setsid bash -c "
     CUDA_VISIBLE_DEVICES=0 $proof --label bench-${BENCH_MODEL:-8b} --steps facts,bench \
       --bench-rounds ${ROUNDS:-6} --bench-model ${BENCH_MODEL:-8b} \
-      --bench-pairs ${PAIRS:-0} --bench-probe ${PROBE:-0}
+      --bench-requests ${REQUESTS:-16} --bench-pairs ${PAIRS:-0} --bench-probe ${PROBE:-0}
     [ ${GPU_TESTS:-1} = 0 ] || CUDA_VISIBLE_DEVICES=0 $gpu_tests tests/gpu > $work/pytest-gpu.log 2>&1
     touch $work/serve.done" >"$work/serve.log" 2>&1 </dev/null &
   exit 0

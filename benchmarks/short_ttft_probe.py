@@ -26,8 +26,10 @@ By default it runs every condition but `ours-beside` (on the tiny model it read 
     python benchmarks/short_ttft_probe.py --vllm-python PY [--rounds 6] [--lengths 256,768]
         [--conditions ours,ours-phased,vllm]
 
-SM120_HOME must hold exactly one running deployment (benchmarks/gpu_proof_device.sh probe
-launches one).
+SM120_HOME must hold exactly one running deployment (`PROBE=N bash
+benchmarks/gpu_proof_device.sh bench` launches one and runs this on it). Run 25 on an H200
+(docs/gpu-proof.md) found every condition on the same moving floors: the cause was the
+server's (no CUDA graph for a 256- or 768-token step), not the client's.
 """
 
 from __future__ import annotations

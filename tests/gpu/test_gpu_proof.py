@@ -286,6 +286,25 @@ def test_the_probe_refuses_conditions_it_does_not_know_or_a_run_without_ours() -
         assert f"unknown {named}; name 'ours'" in done.stderr
 
 
+def test_the_bench_deployment_captures_cuda_graphs_for_the_short_prefills(
+    tmp_path: Path,
+) -> None:
+    """Run 25: with the recipe's 16 sequences vLLM captured graphs only up to 32 tokens and the
+    short prefills were launched kernel by kernel; the bench's plan must carry the larger size
+    through `sm120 launch`'s own rendering to vLLM's flag."""
+    from typer.testing import CliRunner
+
+    from sm120.cli.app import app
+
+    argv = gpu_proof.launch_args(tmp_path / "model", 8123, gpu_proof.BENCH_SETS)
+    shown = CliRunner().invoke(app, [*argv, "--dry-run", "--json"])
+    assert shown.exit_code == 0, shown.output
+    engine_argv = json.loads(shown.output)["argv"]
+    flag = engine_argv.index("--compilation-config")
+    assert json.loads(engine_argv[flag + 1]) == {"max_cudagraph_capture_size": 1024}
+    assert engine_argv[engine_argv.index("--max-num-batched-tokens") + 1] == "16384"
+
+
 def test_a_launch_gap_run_becomes_the_merged_launch_figure(tmp_path: Path) -> None:
     import launch_gap
 
