@@ -6,18 +6,18 @@ at every length when one process alternated them request by request; yet across 
 our 256-token TTFTs read 18-26% lower. By place in the run the server showed two floors,
 ~21 ms and ~33 ms at 256 tokens, and our runs sat on the lower one more often. What differs
 between the tools beyond the request function is the process they run in: `vllm bench serve`
-lives in a process that imported vLLM (and with it torch), ours does not. This probe
-alternates, round by round on one running deployment, four ways to measure the same points:
+lives in a process that imported vLLM (and with it torch), ours does not; and the phases it
+runs a point in. This probe alternates, round by round on one running deployment, ways to
+measure the same points:
 
   ours          sm120's bench (--tool ours) in a process of its own, as `sm120 bench` runs
   ours-in-vllm  the same, in a process that imported vLLM's bench module first
   ours-beside   the same as `ours`, while another process that imported vLLM and set up
                 CUDA on the GPU idles beside it
-  vllm          `vllm bench serve` (--tool vllm), as the GPU proof's bench runs it
-
   ours-phased   sm120's bench in its own process, its prefill points run in the phases that
                 `vllm bench serve` runs them in: a pause, a warm-up request, a pause, the
                 first measured prompt once as a test request, then the measured requests
+  vllm          `vllm bench serve` (--tool vllm), as the GPU proof's bench runs it
 
 and prints each one's median TTFT per length and round, their ratios to `ours`, the GPU's
 compute processes seen while each ran, and its SM clock and power sampled every 100 ms.
