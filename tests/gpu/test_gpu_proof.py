@@ -229,6 +229,14 @@ def test_request_pairs_outlive_a_later_bench_without_them(tmp_path: Path) -> Non
     assert merged["request_pairs"]["run"] == "newer"
 
 
+def merged_probe_table(tmp_path: Path, summary: dict[str, object]) -> str:
+    """The Markdown table --merge writes for a run holding only this probe summary."""
+    part = tmp_path / "probe.json"
+    part.write_text(json.dumps({"label": "probe", "short_ttft_probe": summary}))
+    gpu_proof.merge([part], tmp_path / "out")
+    return (tmp_path / "out" / "gpu-proof.md").read_text()
+
+
 def test_the_short_prompt_probe_is_summarised_against_ours_and_merged(tmp_path: Path) -> None:
     import short_ttft_probe
 
@@ -241,10 +249,7 @@ def test_the_short_prompt_probe_is_summarised_against_ours_and_merged(tmp_path: 
     assert row["ours"]["per_round_ms"] == [21.0, 23.0]
     assert (row["ours"]["median_ms"], row["vllm"]["median_ms"]) == (22.0, 34.0)
     assert row["vllm"]["ratio_to_ours"] == round(34.0 / 22.0, 3)
-    part = tmp_path / "probe.json"
-    part.write_text(json.dumps({"label": "probe", "short_ttft_probe": summary}))
-    gpu_proof.merge([part], tmp_path / "out")
-    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    table = merged_probe_table(tmp_path, summary)
     assert "| short-prompt probe (probe), median TTFT | ours | ours-in-vllm |" in table
     assert "| 256 tokens | 22.0 ms (x1.0) | 34.0 ms (x1.545) |" in table
 
@@ -263,10 +268,7 @@ def test_the_probe_summarises_the_conditions_it_ran_and_their_gpu_clocks(tmp_pat
     assert set(summary["256"]) == {"ours", "ours-phased"}
     assert summary["256"]["ours-phased"]["ratio_to_ours"] == round(32.0 / 22.0, 3)
     assert summary["sm_mhz"] == {"ours": 1800.0, "ours-phased": 1801.0}
-    part = tmp_path / "probe.json"
-    part.write_text(json.dumps({"label": "probe", "short_ttft_probe": summary}))
-    gpu_proof.merge([part], tmp_path / "out")
-    table = (tmp_path / "out" / "gpu-proof.md").read_text()
+    table = merged_probe_table(tmp_path, summary)
     assert "| short-prompt probe (probe), median TTFT | ours | ours-phased |" in table
     assert "| 256 tokens | 22.0 ms (x1.0) | 32.0 ms (x1.455) |" in table
     assert "| GPU SM clock | 1800 MHz | 1801 MHz |" in table
