@@ -342,6 +342,9 @@ def test_an_engine_that_outlived_its_supervisor_still_runs_without_a_scan(
     runtime: NativeRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = runtime.start(spec_for(tmp_path, PRINT_THEN_SLEEP), tmp_path / "e.log")
+    # The engine writes through the supervisor's pipe: a line written after the supervisor
+    # is gone breaks that pipe and ends the engine, so only kill it once the lines are out.
+    wait_for(lambda: len(log_lines(state)) == 3)
     os.kill(state.supervisor_pid, signal.SIGKILL)
     wait_for(lambda: not processes.RecordedProcess(state.supervisor_pid, state.supervisor_start)
              .is_running())  # fmt: skip
