@@ -26,17 +26,26 @@ LOGGING = {"driver": "json-file", "options": {"max-size": "100m", "max-file": "5
 STOP_GRACE_PERIOD = "2m"
 
 
-def cache_volumes(caches: dict[str, str]) -> dict[str, str]:
-    """Container cache path -> the named volume that keeps it between starts."""
-    return {path: re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") for path in sorted(caches)}
+def cache_volumes(caches: dict[str, str], owner: str = "") -> dict[str, str]:
+    """Container cache path -> the named volume that keeps it between starts. `owner`: the
+    service the volumes belong to, where a file holds several engines (see compose_project)."""
+    prefix = f"{owner}-" if owner else ""
+    return {
+        path: prefix + re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")
+        for path in sorted(caches)
+    }
 
 
 def render_compose_service(
-    plan: LaunchPlan, caches: dict[str, str] | None = None, bind_host: str = "0.0.0.0"
+    plan: LaunchPlan,
+    caches: dict[str, str] | None = None,
+    bind_host: str = "0.0.0.0",
+    cache_owner: str = "",
 ) -> dict[str, Any]:
     """`caches`: where the plan's image writes caches (its image.yaml), kept in volumes.
     `bind_host`: where the engine listens inside its container (all of the container's
-    addresses, so the published port reaches it)."""
+    addresses, so the published port reaches it). `cache_owner`: names the volumes after
+    this service (see cache_volumes)."""
     argv = render_argv(plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host=bind_host)
     service: dict[str, Any] = {
         "image": plan.image_ref,
@@ -69,7 +78,7 @@ def render_compose_service(
         "logging": LOGGING,
     }
     volumes = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"] if plan.model_dir else []
-    volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}).items()]
+    volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}, cache_owner).items()]
     if volumes:
         service["volumes"] = volumes
     if plan.hardware.gpus == 0:

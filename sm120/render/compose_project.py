@@ -87,7 +87,7 @@ def render_compose_project(
         "services": services,
         "secrets": {name: {"file": f"./{SECRETS_DIR}/{name}"} for name in sorted(secrets)},
     }
-    volumes = sorted({v for m in members for v in cache_volumes(m.caches).values()})
+    volumes = sorted({v for m in members for v in cache_volumes(m.caches, m.service).values()})
     if volumes:
         document["volumes"] = {name: None for name in volumes}
     recipes = " ".join(
@@ -107,8 +107,15 @@ def _engine_service(member: ComposeMember, host_network: bool) -> dict[str, Any]
     plan = member.plan
     # On the host's network the engine is reachable from the gateway on loopback, and
     # listening anywhere else would expose it.
+    # Each engine keeps its own cache volumes. Shared ones would have dockerd copy the image's
+    # files into a new volume for two containers at once, and one of them fails to start
+    # ("mkdir ...: file exists", moby/moby#43068); two engines compiling into one cache
+    # directory at once would race as well.
     service = render_compose_service(
-        plan, member.caches, bind_host=plan.host if host_network else "0.0.0.0"
+        plan,
+        member.caches,
+        bind_host=plan.host if host_network else "0.0.0.0",
+        cache_owner=member.service,
     )
     secret = key_secret(member.service)
     argv = [*service.pop("entrypoint"), *service.pop("command")]

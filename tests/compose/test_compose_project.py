@@ -79,6 +79,23 @@ def test_two_tiny_services_route_by_their_names(cli: CliRunner, tmp_path: Path) 
     ]
 
 
+@pytest.mark.parametrize("name", sorted(PROJECTS))
+def test_no_two_engines_share_a_cache_volume(name: str, cli: CliRunner, tmp_path: Path) -> None:
+    # dockerd fills a new volume from the image for each container that mounts it: two at
+    # once fail one of them ("mkdir ...: file exists", moby/moby#43068).
+    code, _, err = _write(cli, tmp_path, *PROJECTS[name])
+    assert code == 0, err
+    document = yaml.safe_load((tmp_path / "compose.yaml").read_text())
+    owners: dict[str, list[str]] = {}
+    for service, spec in document["services"].items():
+        for mount in spec.get("volumes", []):
+            source = mount.split(":")[0]
+            if source in document["volumes"]:
+                owners.setdefault(source, []).append(service)
+    assert owners and all(len(services) == 1 for services in owners.values()), owners
+    assert set(owners) == set(document["volumes"])
+
+
 def test_a_project_reads_no_env_file(cli: CliRunner, tmp_path: Path) -> None:
     # A .env names one recipe's settings; a project's services keep their recipes' defaults.
     (tmp_path / ".env").write_text("PORT=8123\n")  # the tests run in tmp_path

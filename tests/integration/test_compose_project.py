@@ -98,6 +98,13 @@ def test_compose_project_serves_two_models_through_the_gateway(home: Path, tmp_p
         check=False,
     )
     assert left.stdout.split() == []
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={PROJECT}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert volumes.stdout.split() == []
 
 
 def _request(model: str) -> dict[str, Any]:
