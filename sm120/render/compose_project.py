@@ -105,12 +105,12 @@ def render_compose_project(
 
 def _engine_service(member: ComposeMember, host_network: bool) -> dict[str, Any]:
     plan = member.plan
-    # On the host's network the engine is reachable from the gateway on loopback, and
-    # listening anywhere else would expose it.
     # Each engine keeps its own cache volumes. Shared ones would have dockerd copy the image's
     # files into a new volume for two containers at once, and one of them fails to start
     # ("mkdir ...: file exists", moby/moby#43068); two engines compiling into one cache
     # directory at once would race as well.
+    # On the host's network the engine is reachable from the gateway on loopback, and
+    # listening anywhere else would expose it.
     service = render_compose_service(
         plan,
         member.caches,
