@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sm120.gateway.aliases import Alias
+
 DEFAULT_HOST = "127.0.0.1"
 # Off vLLM's 8000 and the recipes' ports, so the gateway rarely takes an engine's port.
 DEFAULT_PORT = 8808
@@ -26,3 +28,7 @@ class GatewayConfig:
     backends_file: Path | None = None
     # The gateway's key from this file (a compose secret) instead of its generated one.
     key_file: Path | None = None
+    # Names clients ask for that reach a chosen deployment (sm120.gateway.aliases).
+    aliases: tuple[Alias, ...] = ()
+    # Opt-in: make prompts cache-friendly before they reach the engine (docs/gateway.md).
+    normalize_prompts: bool = False

@@ -251,7 +251,7 @@ def test_no_room_when_what_runs_cannot_be_started_again() -> None:
     assert actions.done == []
 
 
-def test_a_request_without_a_model_is_404() -> None:
+def test_a_body_that_is_not_json_is_400_and_names_no_model_problem() -> None:
     table = {"a": backend("a", "http://127.0.0.1:1")}
 
     status, _, raw = run(
@@ -260,8 +260,19 @@ def test_a_request_without_a_model_is_404() -> None:
         )
     )
     body = json.loads(raw)
-    assert status == 404
-    assert body["error"]["message"] == "the request names no model; models: a"
+    assert status == 400
+    assert body["error"]["message"] == "the request body is not valid JSON"
+
+
+def test_a_request_without_a_model_is_400_when_several_models_are_served() -> None:
+    table = {"a": backend("a", "http://127.0.0.1:1"), "b": backend("b", "http://127.0.0.1:2")}
+
+    status, _, raw = run(
+        exchange(table, SwapPolicy(), FakeActions(table), "POST", "/v1/completions", json={})
+    )
+    body = json.loads(raw)
+    assert status == 400
+    assert body["error"]["message"] == "the request names no model; models: a, b"
 
 
 def test_the_routing_table_is_reused_briefly_and_reread_when_it_may_be_wrong() -> None:
