@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sm120.core.net import http_url
-from sm120.deploy.checked import CheckedPlan, performance_document
+from sm120.deploy.checked import CheckedPlan, performance_document, protocols_document
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
@@ -117,6 +117,20 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
     return lines
 
 
+def protocol_lines(engine: str, version: str) -> list[str]:
+    """Which client protocols the engine build serves natively, and which it lacks."""
+    document = protocols_document(engine, version)
+    if not document["serves"] and not document["lacks"]:
+        return ["protocols not known for this engine build (the gateway passes every one on)"]
+    lines = [f"protocols {' '.join(document['serves'])}"]
+    if document["lacks"]:
+        lines.append(
+            f"          not served: {' '.join(document['lacks'])} (the gateway answers 501 "
+            "naming the engine; use another protocol or another variant)"
+        )
+    return lines
+
+
 def show_plan(checked: CheckedPlan) -> None:
     plan = checked.plan
     console = Console()
@@ -132,6 +146,8 @@ def show_plan(checked: CheckedPlan) -> None:
     )
     endpoint = http_url(plan.host, plan.port, "/v1")
     console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
+    for line in protocol_lines(plan.engine, plan.image.engine_version):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )

@@ -14,6 +14,7 @@ from sm120.plan.fit.roofline import roofline_or_reason
 from sm120.plan.hardware import Hardware, assumed
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.plan.rules import RuleResult, evaluate, failures, rule_ids
+from sm120.recipe.endpoints import engine_protocols, protocol_paths
 from sm120.recipe.schema import Published
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -59,6 +60,17 @@ def checked_plan(request: PlanRequest, hardware: Hardware | None = None) -> Chec
     return CheckedPlan(plan, hw, evaluate(plan, hw))
 
 
+def protocols_document(engine: str, version: str) -> dict[str, Any]:
+    """What a coding agent can speak to this engine build (sm120/data/endpoints.yaml)."""
+    known = engine_protocols(engine, version)
+    paths = protocol_paths()
+    return {
+        "serves": [paths[name] for name in paths if name in known.serves],
+        "lacks": [paths[name] for name in paths if name in known.lacks],
+        "source": known.source,
+    }
+
+
 def plan_document(checked: CheckedPlan) -> dict[str, Any]:
     """The `--json` form of a plan: stable keys scripts can rely on."""
     plan = checked.plan
@@ -79,6 +91,7 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
             "dir": plan.model_dir,
         },
         "endpoint": http_url(plan.host, plan.port, "/v1"),
+        "protocols": protocols_document(plan.engine, plan.image.engine_version),
         "argv": render_argv(plan),
         "env": render_env(plan),
         "plan_hash": plan.plan_hash,

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sm120.gateway.aliases import Alias
+if TYPE_CHECKING:
+    # Only the type: the CLI reads these defaults, and `sm120 --help` must not load YAML.
+    from sm120.gateway.aliases import Alias
 
 DEFAULT_HOST = "127.0.0.1"
 # Off vLLM's 8000 and the recipes' ports, so the gateway rarely takes an engine's port.
