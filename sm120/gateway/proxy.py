@@ -46,7 +46,11 @@ REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = we
 
 
 class RouteCache:
-    """The model -> deployment table, reused for ROUTES_TTL_S between requests."""
+    """The model -> deployment table. A request never waits for a read of the state files
+    when the table names its model as running: a table older than ROUTES_TTL_S is served as
+    it is while one read renews it in the background. A model unknown or down, or any model
+    after a swap, waits for a fresh read. Concurrent requests share one read in flight (64
+    streams opening at once cost one read, not 64: GPU run, aggregate 0.962 before)."""
 
     def __init__(self, swapper: Swapper, ttl_s: float = ROUTES_TTL_S) -> None:
         self._swapper = swapper
@@ -54,20 +58,36 @@ class RouteCache:
         self._backends: dict[str, Backend] = {}
         self._read_at = float("-inf")
         self._read_after_swaps = 0
+        self._reading: asyncio.Task[dict[str, Backend]] | None = None
 
     async def table(self, fresh: bool = False) -> dict[str, Backend]:
         return (await self._read(fresh))[0]
 
     async def _read(self, fresh: bool) -> tuple[dict[str, Backend], bool]:
-        """The table, and whether it was read from the state files just now."""
-        stale = time.monotonic() - self._read_at > self._ttl_s
+        """The table, and whether it was read from the state files for this call."""
         swapped = self._swapper.swap_events != self._read_after_swaps
-        if not (fresh or stale or swapped):
-            return self._backends, False
-        self._read_after_swaps = self._swapper.swap_events
-        self._backends = await self._swapper.discover()
+        if fresh or swapped or self._read_at == float("-inf"):
+            return await self._shared_read(), True
+        if time.monotonic() - self._read_at > self._ttl_s and self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_files())
+        return self._backends, False
+
+    async def _shared_read(self) -> dict[str, Backend]:
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_files())
+        # Shielded: one caller giving up must not cancel the read the others wait on.
+        return await asyncio.shield(self._reading)
+
+    async def _read_files(self) -> dict[str, Backend]:
+        swaps = self._swapper.swap_events
+        try:
+            backends = await self._swapper.discover()
+        finally:
+            self._reading = None
+        self._backends = backends
         self._read_at = time.monotonic()
-        return self._backends, True
+        self._read_after_swaps = swaps
+        return backends
 
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
         _, backend, backends = await self.route(model, ())

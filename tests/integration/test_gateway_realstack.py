@@ -101,8 +101,11 @@ def test_a_streamed_chat_through_the_gateway_matches_a_direct_one(stack: dict[st
             f"http://127.0.0.1:{stack['ports'][name]}", _backend_key(stack, name), name
         )
         relayed = _streamed(stack["gateway"], stack["key"], name)
-        assert relayed == direct
-        assert len([piece for piece in direct[0] if piece]) >= 4
+        # Greedy: the same text and finish. How vLLM groups tokens into events depends on
+        # its own timing (a loaded machine merges steps), so the events are not compared;
+        # that the gateway keeps every event as sent is the byte-for-byte unit test's.
+        assert ("".join(relayed[0]), relayed[1]) == ("".join(direct[0]), direct[1])
+        assert len([piece for piece in relayed[0] if piece]) >= 2
 
 
 def test_the_backend_key_does_not_open_the_gateway(stack: dict[str, Any]) -> None:
