@@ -106,14 +106,13 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
     index = 5
     while index < len(argv):
         token = argv[index]
-        value = (
-            argv[index + 1]
-            if index + 1 < len(argv) and not argv[index + 1].startswith("--")
-            else None
-        )
-        text = f"  {token} {shlex.quote(value)}" if value is not None else f"  {token}"
-        lines.append((text, plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
-        index += 2 if value is not None else 1
+        # a flag's values run to the next flag (one, or several for an int_list flag)
+        end = index + 1
+        while end < len(argv) and not argv[end].startswith("--"):
+            end += 1
+        text = shlex.join(argv[index:end])
+        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        index = end
     return lines
 
 
