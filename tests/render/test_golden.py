@@ -32,6 +32,10 @@ CASES = [
     ("dsv4", ("nvfp4",)),
     ("dsv4", ("flashinfer-decode",)),
     ("dsv4", ("sglang",)),
+    ("dsv41", ()),
+    ("dsv41", ("seed",)),
+    ("glm53flash", ()),
+    ("glm53flash", ("seed",)),
     ("tiny", ()),
 ]
 

@@ -1,0 +1,112 @@
+"""The newest-model recipes (dsv41, glm53flash): each `seed` variant renders its source's
+resolved vLLM command flag for flag, the defaults differ from it only where the published
+measurement did, and the planner says plainly that it cannot size these models."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from typer.testing import CliRunner
+
+from sm120.core.errors import PlanError
+from sm120.recipe.catalogue import coerce_flag_value, engine_flags
+from sm120.recipe.loader import load_recipe
+from tests.helpers import DATA_DIR, argv_of, invoke, one_line_error, plan_for
+
+# The resolved vLLM commands the sources print (tests/data/karmic-kraken/SOURCES.md says
+# where), without the interpreter, the model, --host, --port and --served-model-name, which
+# sm120 renders itself.
+DSV41_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv41-resolved.cmd").read_text()
+
+GLM53_SOURCE = (DATA_DIR / "karmic-kraken" / "glm53flash-resolved.cmd").read_text()
+
+
+def _flags(argv: list[str]) -> list[str]:
+    """The recipe's own flags: what follows --port and its value."""
+    return argv[argv.index("--port") + 2 :]
+
+
+def _canonical(tokens: list[str]) -> list[str]:
+    """JSON values compared as data (key order and spacing are the writer's)."""
+    out = []
+    for token in tokens:
+        try:
+            value = json.loads(token)
+        except json.JSONDecodeError:
+            out.append(token)
+            continue
+        out.append(json.dumps(value, sort_keys=True) if isinstance(value, dict) else token)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("recipe", "source"), [("dsv41", DSV41_SOURCE), ("glm53flash", GLM53_SOURCE)]
+)
+def test_seed_renders_the_sources_command_flag_for_flag(recipe: str, source: str) -> None:
+    rendered = _flags(argv_of(recipe, "seed"))
+    assert _canonical(rendered) == _canonical(shlex.split(source))
+
+
+def test_glm53_default_is_the_sources_command() -> None:
+    assert argv_of("glm53flash") == argv_of("glm53flash", "seed")
+
+
+def test_dsv41_default_differs_from_the_source_only_where_the_measurement_did() -> None:
+    seed, default = _flags(argv_of("dsv41", "seed")), _flags(argv_of("dsv41"))
+    changed = {
+        seed[i - 1]: (seed[i], default[i]) for i in range(1, len(seed)) if seed[i] != default[i]
+    }
+    assert set(changed) == {"--engram-config", "--max-model-len"}
+    assert json.loads(changed["--engram-config"][1])["table_memory"] == "ram"
+    assert changed["--max-model-len"] == ("-1", "131072")
+
+
+def test_int_list_flag_renders_one_argument_per_size() -> None:
+    argv = argv_of("glm53flash")
+    start = argv.index("--cudagraph-capture-sizes") + 1
+    assert argv[start : start + 3] == ["1", "2", "4"]
+    assert argv[start + 12] == "256"
+    assert argv[start + 13].startswith("--")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "decode", "gpus"), [("dsv41", 273.96, 4), ("glm53flash", 255.71, 4)]
+)
+def test_published_decode_is_the_karmic_kraken_c1_figure(
+    recipe: str, decode: float, gpus: int
+) -> None:
+    loaded = load_recipe(recipe)
+    assert loaded.published is not None
+    assert loaded.published.decode.tok_s == decode
+    assert loaded.published.decode.source.endswith("benchmarks/karmic-kraken-serving.md")
+    assert loaded.hardware.gpus == gpus
+
+
+@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash"])
+def test_plan_says_it_has_no_dimensions_for_these_models(recipe: str, cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", recipe, "--gpus", "4")
+    assert code == 2
+    assert "no model dimensions" in one_line_error(err)
+
+
+@pytest.mark.parametrize(("value", "passes"), [(-1, True), (0, False), (-2, False)])
+def test_max_model_len_takes_minus_one_but_nothing_else_below_one(value: int, passes: bool) -> None:
+    checked = plan_for("dsv41", sets=(f"max-model-len={value}",))
+    s04 = next(r for r in checked.results if r.id == "S04")
+    assert (s04.status == "pass") is passes
+    if not passes:
+        assert f"max-model-len must be at least 1, got {value}" in s04.messages
+
+
+@pytest.mark.parametrize("value", [[], ["1", "2"], [1, True], 8, "1 2 4"])
+def test_int_list_flag_refuses_anything_but_a_list_of_ints(value: object) -> None:
+    spec = engine_flags("vllm").spec("cudagraph-capture-sizes")
+    with pytest.raises(PlanError, match="cudagraph-capture-sizes expects a list of integers"):
+        coerce_flag_value(spec, value)
+
+
+def test_int_list_flag_takes_a_list_of_ints() -> None:
+    spec = engine_flags("vllm").spec("cudagraph-capture-sizes")
+    assert coerce_flag_value(spec, [1, 2, 4]) == [1, 2, 4]
