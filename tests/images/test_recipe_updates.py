@@ -126,6 +126,8 @@ GIT = "https://github.com/jasl/vllm.git:sm120-pr-41834-stable-preview-20260626"
 EXPECTED = [
     f"dsv4 (default)           git   {GIT}  not watched: engine built from a git ref: "
     "compare by hand (pinned commit c766cbc6ff)",
+    f"dsv4 (dspark)            image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "

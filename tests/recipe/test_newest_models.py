@@ -1,5 +1,5 @@
-"""The newest-model recipes (dsv41, glm53flash): each `seed` variant renders its source's
-resolved vLLM command flag for flag, the defaults differ from it only where the published
+"""The newest-model recipes (dsv41, glm53flash) and dsv4's dspark variant: each renders its
+source's resolved vLLM command flag for flag, the dsv41 default differs from it only where the
 measurement did, and the planner says plainly that it cannot size these models."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tests.helpers import DATA_DIR, argv_of, invoke, one_line_error, plan_for
 # sm120 renders itself.
 DSV41_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv41-resolved.cmd").read_text()
 
+DSV4_DSPARK_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv4-dspark-resolved.cmd").read_text()
 GLM53_SOURCE = (DATA_DIR / "karmic-kraken" / "glm53flash-resolved.cmd").read_text()
 
 
@@ -42,11 +43,31 @@ def _canonical(tokens: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("recipe", "source"), [("dsv41", DSV41_SOURCE), ("glm53flash", GLM53_SOURCE)]
+    ("recipe", "variant", "source"),
+    [
+        ("dsv41", "seed", DSV41_SOURCE),
+        ("glm53flash", "seed", GLM53_SOURCE),
+        ("dsv4", "dspark", DSV4_DSPARK_SOURCE),
+    ],
 )
-def test_seed_renders_the_sources_command_flag_for_flag(recipe: str, source: str) -> None:
-    rendered = _flags(argv_of(recipe, "seed"))
+def test_variant_renders_the_sources_command_flag_for_flag(
+    recipe: str, variant: str, source: str
+) -> None:
+    rendered = _flags(argv_of(recipe, variant))
     assert _canonical(rendered) == _canonical(shlex.split(source))
+
+
+def test_dsv4_dspark_pins_the_checkpoint_revision_the_source_serves() -> None:
+    argv = argv_of("dsv4", "dspark")
+    assert argv[argv.index("--model") + 1] == "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert argv[argv.index("--revision") + 1] == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+
+
+def test_dsv4_default_is_still_the_pr41834_stack() -> None:
+    # the dspark variant is another checkpoint and image; the default did not move with it
+    loaded = load_recipe("dsv4")
+    assert loaded.model.repo == "deepseek-ai/DeepSeek-V4-Flash"
+    assert loaded.published is not None and loaded.published.decode.tok_s == 201.4
 
 
 def test_glm53_default_is_the_sources_command() -> None:
@@ -72,16 +93,17 @@ def test_int_list_flag_renders_one_argument_per_size() -> None:
 
 
 @pytest.mark.parametrize(
-    ("recipe", "decode", "gpus"), [("dsv41", 273.96, 4), ("glm53flash", 255.71, 4)]
+    ("recipe", "variant", "decode", "gpus"),
+    [("dsv41", None, 273.96, 4), ("glm53flash", None, 255.71, 4), ("dsv4", "dspark", 205.54, 2)],
 )
 def test_published_decode_is_the_karmic_kraken_c1_figure(
-    recipe: str, decode: float, gpus: int
+    recipe: str, variant: str | None, decode: float, gpus: int
 ) -> None:
-    loaded = load_recipe(recipe)
-    assert loaded.published is not None
-    assert loaded.published.decode.tok_s == decode
-    assert loaded.published.decode.source.endswith("benchmarks/karmic-kraken-serving.md")
-    assert loaded.hardware.gpus == gpus
+    plan = plan_for(recipe, *([variant] if variant else [])).plan
+    assert plan.published is not None
+    assert plan.published.decode.tok_s == decode
+    assert plan.published.decode.source.endswith("benchmarks/karmic-kraken-serving.md")
+    assert plan.hardware.gpus == gpus
 
 
 @pytest.mark.parametrize("recipe", ["dsv41", "glm53flash"])
