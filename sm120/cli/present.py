@@ -116,6 +116,14 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
     return lines
 
 
+def _other_checkpoint(plan: LaunchPlan) -> str | None:
+    """The default's checkpoint when a variant serves another one (a bundled recipe only)."""
+    if plan.recipe not in recipe_names():
+        return None
+    default = load_recipe(plan.recipe).model.repo
+    return default if default and plan.model.repo != default else None
+
+
 def show_plan(checked: CheckedPlan) -> None:
     plan = checked.plan
     console = Console()
@@ -129,6 +137,8 @@ def show_plan(checked: CheckedPlan) -> None:
         f"model     {plan.model.repo or 'generated'} @ {revision}"
         f"  dir: {plan.model_dir or '(hub cache)'}"
     )
+    if other := _other_checkpoint(plan):
+        console.print(f"          [bold]another checkpoint[/bold] than the default's ({other})")
     endpoint = http_url(plan.host, plan.port, "/v1")
     console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
     console.print(

@@ -146,3 +146,12 @@ def test_int_list_flag_refuses_anything_but_a_list_of_ints(value: object) -> Non
 def test_int_list_flag_takes_a_list_of_ints() -> None:
     spec = engine_flags("vllm").spec("cudagraph-capture-sizes")
     assert coerce_flag_value(spec, [1, 2, 4]) == [1, 2, 4]
+
+
+@pytest.mark.parametrize(("variants", "said"), [(("-V", "dspark"), True), ((), False)])
+def test_recipes_show_says_plainly_when_a_variant_serves_another_checkpoint(
+    variants: tuple[str, ...], said: bool, cli: CliRunner
+) -> None:
+    code, out, err = invoke(cli, "recipes", "show", "dsv4", *variants)
+    assert code == 0, err
+    assert ("another checkpoint than the default's (deepseek-ai/DeepSeek-V4-Flash)" in out) is said
