@@ -106,14 +106,13 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
     index = 5
     while index < len(argv):
         token = argv[index]
-        value = (
-            argv[index + 1]
-            if index + 1 < len(argv) and not argv[index + 1].startswith("--")
-            else None
-        )
-        text = f"  {token} {shlex.quote(value)}" if value is not None else f"  {token}"
-        lines.append((text, plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
-        index += 2 if value is not None else 1
+        # a flag's values run to the next flag (one, or several for an int_list flag)
+        end = index + 1
+        while end < len(argv) and not argv[end].startswith("--"):
+            end += 1
+        text = shlex.join(argv[index:end])
+        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        index = end
     return lines
 
 
@@ -131,6 +130,14 @@ def protocol_lines(engine: str, version: str) -> list[str]:
     return lines
 
 
+def _other_checkpoint(plan: LaunchPlan) -> str | None:
+    """The default's checkpoint when a variant serves another one (a bundled recipe only)."""
+    if plan.recipe not in recipe_names():
+        return None
+    default = load_recipe(plan.recipe).model.repo
+    return default if default and plan.model.repo != default else None
+
+
 def show_plan(checked: CheckedPlan) -> None:
     plan = checked.plan
     console = Console()
@@ -144,6 +151,8 @@ def show_plan(checked: CheckedPlan) -> None:
         f"model     {plan.model.repo or 'generated'} @ {revision}"
         f"  dir: {plan.model_dir or '(hub cache)'}"
     )
+    if other := _other_checkpoint(plan):
+        console.print(f"          [bold]another checkpoint[/bold] than the default's ({other})")
     endpoint = http_url(plan.host, plan.port, "/v1")
     console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
     for line in protocol_lines(plan.engine, plan.image.engine_version):

@@ -117,7 +117,7 @@ def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         if spec is None or spec.minimum is None or not isinstance(value, int):
             continue
         highest = INT32_MAX if spec.maximum is None else spec.maximum
-        if value < spec.minimum:
+        if value < spec.minimum and value not in spec.sentinels:
             yield f"{name} must be at least {spec.minimum}, got {value}"
         elif value > highest:
             shown = (

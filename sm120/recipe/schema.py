@@ -131,8 +131,20 @@ class ModelSource(Strict):
     )
     served_name: str = Field(description="Name clients use in the `model` field of requests.")
     architecture: str = Field(description="HF architecture class, e.g. GlmMoeDsaForCausalLM.")
-    attention: Literal["full", "mla", "mla_sparse_dsa", "dsv4_compressed"] = Field(
-        description="Attention family; rules and the planner depend on it (e.g. F11, F14)."
+    attention: Literal[
+        "full",
+        "mla",
+        "mla_sparse_dsa",
+        "dsv4_compressed",
+        "dsv41_ced",
+        "kda_dsa_hybrid",
+        "gdn_hybrid",
+    ] = Field(
+        description="Attention family; rules and the planner depend on it (e.g. F11, F14). "
+        "dsv41_ced (DeepSeek-V4.1's encoder-decoder with cross-layer KV) and kda_dsa_hybrid "
+        "(GLM-5.3's linear-attention KDA layers mixed with sparse DSA layers) and gdn_hybrid "
+        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) have no KV "
+        "model in the planner yet."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, description="Size on disk in GB, for disk checks.")

