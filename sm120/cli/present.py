@@ -181,10 +181,24 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
             f" (TP {detail['tensor_parallel']} x {detail['bandwidth_gbs_per_gpu']:g} GB/s,"
             f" {detail['weight_gb_per_token']:g} GB of weights a token)"
         )
+    spec = document["roofline_spec"]
+    if spec is not None:
+        lines.append(
+            f"spec       {spec['decode_tok_s']:g} tok/s decode with {spec['method']} "
+            f"{spec['draft_tokens']}: {spec['tokens_per_pass']:g} tokens a pass "
+            f"({spec['draft_cost']})"
+        )
+        lines.append(f"           acceptance: {spec['acceptance_from']}")
     if published is not None and roofline:
         lines.append(
             f"ratio      published / roofline = {published['decode_tok_s'] / roofline:.2f}"
             " (speculative decoding can pass 1)"
+        )
+    if document["published_suspect"]:
+        bound = "speculative roofline" if spec is not None else "roofline"
+        lines.append(
+            f"suspect    the published figure is above the {bound}: check its source's "
+            "conditions before taking it as a target"
         )
     return lines
 
