@@ -224,9 +224,9 @@ def _released(plan: LaunchPlan) -> bool:
     return True
 
 
-# F30 and F33 judge upstream releases only: a fork build ships its own SM120 kernels (the
-# kernel gap is upstream's), and a name-only tag older than the change cannot be told from a
-# newer one. Their log signatures still name the failure on any image.
+# F30, F32 and F33 judge upstream releases only: a fork build ships its own SM12x kernels (the
+# reports are against upstream releases), and a name-only tag older than the change cannot be
+# told from a newer one. Their log signatures, where they have one, still name the failure.
 @rule("F30", "error", "DeepSeek-V4.1 has an SM120 sparse-MLA decode kernel on this engine")
 def _dsv41_sparse_mla(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     dsv41 = plan.model.architecture.startswith("DeepseekV41") or "V4.1" in (plan.model.repo or "")
@@ -279,6 +279,7 @@ def _glm52_nvfp4_garbled(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         and plan.model.architecture == "GlmMoeDsaForCausalLM"
         and plan.model.quantization == "nvfp4"
         and backend in (None, "FLASHINFER_MLA_SPARSE_SM120")
+        and _released(plan)
     ):
         yield (
             f"GLM-5.2 NVFP4 on {gpu} through FLASHINFER_MLA_SPARSE_SM120 serves garbled text "

@@ -114,6 +114,12 @@ def test_f32_passes_on_rtx_pro_6000_and_with_the_b12x_backend() -> None:
     assert _status(results("glm52", hardware=PRO_6000D_X4), "F32") == "pass"
 
 
+def test_f32_passes_on_the_gb10_seed_variant_fork_build() -> None:
+    # seed 001 served GLM-5.2 NVFP4 on 6x GB10 with the PR #41834 branch: not upstream 0.26
+    gb10 = Hardware(gpus=1, arch="sm_121", source="declared")
+    assert _status(results("glm52", "gb10x6-ray", hardware=gb10), "F32") == "pass"
+
+
 def test_f32_passes_before_vllm_0_26() -> None:
     sets = ("image.engine_version=0.25.1", UPSTREAM_GLM52[1])
     assert _status(results("glm52", sets=sets, hardware=PRO_6000D_X4), "F32") == "pass"
