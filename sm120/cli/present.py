@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sm120.core.net import http_url
@@ -260,7 +261,8 @@ def _show_rules(console: Console, checked: CheckedPlan) -> None:
         style = _STATUS_STYLE[result.status]
         for message in result.messages or ("skipped by --force",):
             console.print(
-                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {message}",
+                # a message quotes engine code ("cpu[dp_rank]"): not rich markup
+                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {escape(message)}",
                 soft_wrap=True,
             )
     passed = sum(1 for r in checked.results if r.status == "pass")

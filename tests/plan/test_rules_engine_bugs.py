@@ -4,8 +4,10 @@ user sees, and each stays quiet outside the engine releases and hardware it hold
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from sm120.plan.hardware import Hardware
+from tests.helpers import invoke
 from tests.plan.test_rules import SM120_X2, failed, results
 
 GB10_X2 = Hardware(gpus=2, arch="sm_121", source="declared")
@@ -150,3 +152,16 @@ def test_f33_sglang_release_with_the_default_is_refused() -> None:
 def test_f33_passes_when_off_before_the_flip_and_on_the_seed_tag(sets: tuple[str, ...]) -> None:
     found = results("dsv4", "sglang", sets=sets, hardware=SM120_X2)
     assert _status(found, "F33") == "pass"
+
+
+def test_launch_refuses_the_broken_configuration_with_reason_and_fix(cli: CliRunner) -> None:
+    sets = [arg for value in DSPARK_DP_EP for arg in ("--set", value)]
+    code, out, err = invoke(cli, "launch", "dsv4", "--dry-run", "--gpus", "4", *sets)
+    assert code == 1
+    flat = " ".join((out + err).split())
+    # the engine's own assertion text survives the terminal markup
+    assert (
+        "FAIL F31 DeepSeek-V4-Flash-0731 with DSpark under data parallel + expert parallel "
+        "fails its profile run (assert num_tokens_across_dp_cpu[dp_rank] == batchsize; "
+        "vllm#56281); use --set data-parallel-size=1 (tensor parallel alone), or MTP"
+    ) in flat
