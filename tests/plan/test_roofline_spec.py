@@ -167,3 +167,16 @@ def test_glm52_resident_way_would_count_53_gb_a_token_never_reads() -> None:
     by_config = (routed + shared) * NVFP4 + rest_bf16 * 2
     assert by_config / 1e9 == pytest.approx(285.0, abs=0.1)
     assert (314.4 * GIB - by_config) / 1e9 == pytest.approx(52.6, abs=0.1)
+
+
+def test_the_dsv4_seed_uses_its_published_acceptance() -> None:
+    # seed 001: MTP 2 with 68.36% of drafts accepted at C=1 -> 1.367 accepted, 2.367 a pass
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("seed",)))
+    spec = speculative_roofline(plan, decode_roofline(plan))
+    assert spec is not None
+    per_pass = DSV4_WEIGHTS / 2 + 2 * DSV4_DRAFT_STEP / 2 + DSV4_KV
+    assert spec.tok_s == pytest.approx(2.367 * RTX_PRO_6000 / per_pass, rel=1e-9)
+    assert round(spec.tok_s, 1) == 638.1
+    assert spec.acceptance_from.startswith("seed 001 (PR #41834 stable preview, 2026-06-12)")
+    # 180.94 published sits well under it: not suspect
+    assert performance_document(plan)["published_suspect"] is False
