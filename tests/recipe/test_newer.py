@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.recipe.newer import compare, known_newer, newer_lines, published_by_gpus
-from sm120.recipe.schema import Published, PublishedFigure
+from sm120.recipe.schema import Published, PublishedFigure, Recipe
 from tests.fakes.loopback_server import LoopbackServer
 from tests.helpers import invoke
 from tests.images.test_recipe_updates import stand_in  # noqa: F401 - the registry stand-in
@@ -19,7 +19,7 @@ R7 = "https://github.com/local-inference-lab/rtx6kpro/blob/master/models/ds4dspa
 KK = "https://github.com/local-inference-lab/rtx6kpro/blob/master/benchmarks/karmic-kraken-serving.md"
 
 
-def _every() -> list:  # type: ignore[type-arg]
+def _every() -> list[Recipe]:
     return [load_recipe(name) for name in recipe_names()]
 
 
