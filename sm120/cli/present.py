@@ -71,6 +71,7 @@ def recipe_rows() -> list[dict[str, Any]]:
                 "baseline": _baseline_text(name),
                 "published_decode_tok_s": published["decode_tok_s"] if published else None,
                 "roofline_decode_tok_s": performance["roofline_decode_tok_s"],
+                "roofline_spec_decode_tok_s": performance["roofline_spec_decode_tok_s"],
                 "variants": list(recipe.variants),
             }
         )

@@ -180,3 +180,11 @@ def test_the_dsv4_seed_uses_its_published_acceptance() -> None:
     assert spec.acceptance_from.startswith("seed 001 (PR #41834 stable preview, 2026-06-12)")
     # 180.94 published sits well under it: not suspect
     assert performance_document(plan)["published_suspect"] is False
+
+
+def test_the_recipe_list_carries_the_speculative_roofline(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "recipes", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0
+    assert rows["glm52"]["roofline_spec_decode_tok_s"] == 476.0
+    assert rows["glm47"]["roofline_spec_decode_tok_s"] is None  # no speculative decoding
