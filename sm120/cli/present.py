@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sm120.core.net import http_url
@@ -70,6 +71,7 @@ def recipe_rows() -> list[dict[str, Any]]:
                 "baseline": _baseline_text(name),
                 "published_decode_tok_s": published["decode_tok_s"] if published else None,
                 "roofline_decode_tok_s": performance["roofline_decode_tok_s"],
+                "roofline_spec_decode_tok_s": performance["roofline_spec_decode_tok_s"],
                 "variants": list(recipe.variants),
             }
         )
@@ -206,10 +208,24 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
             f" (TP {detail['tensor_parallel']} x {detail['bandwidth_gbs_per_gpu']:g} GB/s,"
             f" {detail['weight_gb_per_token']:g} GB of weights a token)"
         )
+    spec = document["roofline_spec"]
+    if spec is not None:
+        lines.append(
+            f"spec       {spec['decode_tok_s']:g} tok/s decode with {spec['method']} "
+            f"{spec['draft_tokens']}: {spec['tokens_per_pass']:g} tokens a pass "
+            f"({spec['draft_cost']})"
+        )
+        lines.append(f"           acceptance: {spec['acceptance_from']}")
     if published is not None and roofline:
         lines.append(
             f"ratio      published / roofline = {published['decode_tok_s'] / roofline:.2f}"
             " (speculative decoding can pass 1)"
+        )
+    if document["published_suspect"]:
+        bound = "speculative roofline" if spec is not None else "roofline"
+        lines.append(
+            f"suspect    the published figure is above the {bound}: check its source's "
+            "conditions before taking it as a target"
         )
     return lines
 
@@ -271,7 +287,8 @@ def _show_rules(console: Console, checked: CheckedPlan) -> None:
         style = _STATUS_STYLE[result.status]
         for message in result.messages or ("skipped by --force",):
             console.print(
-                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {message}",
+                # a message quotes engine code ("cpu[dp_rank]"): not rich markup
+                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {escape(message)}",
                 soft_wrap=True,
             )
     passed = sum(1 for r in checked.results if r.status == "pass")
