@@ -33,11 +33,11 @@ def test_dsv4_is_told_of_deepseek_v4_1_and_the_faster_0731_figures() -> None:
     lines = newer_lines(compare([load_recipe("dsv4")], _every()))
     assert lines == [
         "dsv4 (known)             newer model: DeepSeek-V4.1-Flash 273.96 tok/s on 4 GPUs "
-        "(DSpark K7, DCP 1, Karmic Kraken image (vLLM bb709f4acee, B12X eea3ced11fc1)); no "
-        f"recipe serves it; {KK} (checked 2026-11-28)",
+        "(DSpark K7, DCP 1, Karmic Kraken image (vLLM bb709f4acee, B12X eea3ced11fc1)); "
+        f"served by dsv41; {KK} (checked 2026-11-28)",
         "dsv4 (known)             faster figure: DeepSeek-V4-Flash-0731 236.46 tok/s on 2 GPUs "
         "(DSpark K5 (fixed, probabilistic), B12X W4A16, TP 2 / DCP 1, Infernal Invocation r7 "
-        f"image); the recipe's best on 2 GPUs: 201.4 tok/s; {R7} (checked 2026-11-28)",
+        f"image); the recipe's best on 2 GPUs: 205.54 tok/s; {R7} (checked 2026-11-28)",
         "dsv4 (known)             faster figure: DeepSeek-V4-Flash-0731 301.24 tok/s on 4 GPUs "
         "(DSpark K5 (fixed, probabilistic), B12X W4A16, TP 4 / DCP 1, Infernal Invocation r7 "
         f"image); the recipe publishes no figure on 4 GPUs; {R7} (checked 2026-11-28)",
@@ -46,13 +46,13 @@ def test_dsv4_is_told_of_deepseek_v4_1_and_the_faster_0731_figures() -> None:
 
 def test_a_newer_model_a_recipe_serves_says_which() -> None:
     [glm53, glm52] = compare([load_recipe("glm47")], _every())
-    assert (glm53.entry.model, glm53.status) == ("GLM-5.3-Flash", "no recipe serves it")
+    assert (glm53.entry.model, glm53.status) == ("GLM-5.3-Flash", "served by glm53flash")
     assert (glm52.entry.model, glm52.status) == ("GLM-5.2", "served by glm52")
 
 
 def test_a_figure_the_recipe_already_publishes_is_not_named() -> None:
     dsv4 = load_recipe("dsv4")
-    assert published_by_gpus(dsv4)[2] == 201.4
+    assert published_by_gpus(dsv4)[2] == 205.54  # the dspark variant's
     figure = PublishedFigure(
         tok_s=236.5,
         source=R7,
@@ -89,7 +89,7 @@ def test_updates_prints_the_known_lines_after_the_builds(
             "config": "MTP 3, DCP 1, Karmic Kraken image (the page's GLM row)",
             "link": KK,
             "checked": "2026-11-28",
-            "status": "no recipe serves it",
+            "status": "served by glm53flash",
         }
     ]
 
