@@ -53,6 +53,12 @@ def start(
         help="YAML file 'aliases: {NAME: DEPLOYMENT}' (default: aliases.yaml in the "
         "gateway's state folder, when it exists).",
     ),
+    normalize_prompts: bool = typer.Option(
+        False,
+        "--normalize-prompts",
+        help="Make agent prompts cache-friendly: drop Claude Code's per-request billing "
+        "header, sort tools by name (docs/gateway.md, 'Prompt normalisation').",
+    ),
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
@@ -67,7 +73,9 @@ def start(
     from_file = aliases_file or files.aliases
     file_aliases = load_alias_file(from_file) if aliases_file or from_file.exists() else []
     chosen = merged(file_aliases, [parse_alias(text) for text in alias])
-    config = GatewayConfig(host, port, max_awake, swap_wait, aliases=chosen)
+    config = GatewayConfig(
+        host, port, max_awake, swap_wait, aliases=chosen, normalize_prompts=normalize_prompts
+    )
     if not foreground:
         started = start_gateway(config, files)
         if started.warning:
