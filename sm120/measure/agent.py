@@ -21,7 +21,7 @@ from typing import Any
 
 from sm120.core.errors import SM120Error
 from sm120.measure import metrics
-from sm120.measure.agent_protocol import turn_problems
+from sm120.measure.agent_protocol import split_cut_off, turn_problems
 from sm120.measure.agent_session import NOTES_HEADING, STEPS, SYSTEM_PROMPT, Step, tools_by_name
 from sm120.measure.cases import Document
 from sm120.measure.gates import DocumentMaker
@@ -87,10 +87,18 @@ def is_protocol_only(options: AgentOptions, target: Target) -> bool:
     return target.recipe in PROTOCOL_ONLY_RECIPES
 
 
+SMALL_CONTEXT = 2048
+"""Below this the base prompt (~600 tokens) and a few turns fill the context: no filler."""
+
+
 def notes_tokens(options: AgentOptions, max_model_len: int | None) -> int:
     if options.notes_tokens is not None:
         return options.notes_tokens
-    return min(MAX_NOTES_TOKENS, max_model_len // 4) if max_model_len else MAX_NOTES_TOKENS // 2
+    if max_model_len is None:
+        return MAX_NOTES_TOKENS // 2
+    if max_model_len < SMALL_CONTEXT:
+        return 0
+    return min(MAX_NOTES_TOKENS, max_model_len // 4)
 
 
 def system_prompt(wire: Wire, model: str, tokens: int) -> str:
@@ -171,7 +179,7 @@ class Session:
             "passed": not failures and len(turns) == len(steps),
             "failures": failures,
             "failure_ids": sorted({i for t in turns for i in t["failure_ids"]}),
-            "warnings": [],
+            "warnings": [f"turn {t['turn']}: {w}" for t in turns for w in t["warnings"]],
             "seconds": time.perf_counter() - started,
             "prefix_cache": _cache_total([t["prefix_cache"] for t in turns]),
             "turns": turns,
@@ -189,7 +197,10 @@ class Session:
         exchange = self._ask(fields, step, forced)
         cache = _cache_delta(before, _counters(self.wire))
         failures = turn_problems(exchange, self.tools, forced)
-        if not self.protocol_only:
+        warnings: list[str] = []
+        if self.protocol_only:
+            failures, warnings = split_cut_off(exchange, failures)
+        else:
             failures += expectation_problems(exchange, step)
         return (
             {
@@ -197,7 +208,7 @@ class Session:
                 "passed": not failures,
                 "failures": failures,
                 "failure_ids": self._failure_ids(exchange, step, failures),
-                "warnings": [],
+                "warnings": warnings,
                 "expected_tool": step.tool,
                 "tool_choice": forced or ("any" if step.tool else "auto"),
                 "prompt_tokens": exchange.prompt_tokens,
@@ -269,14 +280,22 @@ class Session:
 
     def _fields(self) -> dict[str, Any]:
         if self.api == "messages":
+            tools = [tool.for_messages() for tool in self.tools.values()]
+            if self.protocol_only:
+                tools = [{**tool, "strict": True} for tool in tools]
             return {
                 "system": [{"type": "text", "text": self.system}],
-                "tools": [tool.for_messages() for tool in self.tools.values()],
+                "tools": tools,
                 "messages": list(self.history),
             }
+        chat_tools = [tool.for_chat() for tool in self.tools.values()]
+        if self.protocol_only:
+            chat_tools = [
+                {**tool, "function": {**tool["function"], "strict": True}} for tool in chat_tools
+            ]
         return {
             "messages": [{"role": "system", "content": self.system}, *self.history],
-            "tools": [tool.for_chat() for tool in self.tools.values()],
+            "tools": chat_tools,
         }
 
     def _ask(self, fields: dict[str, Any], step: Step, forced: str | None) -> Exchange:

@@ -8,10 +8,11 @@ import jsonschema
 import pytest
 
 from sm120.core.errors import SM120Error
-from sm120.measure.agent import agent_options, expectation_problems
+from sm120.measure.agent import AgentOptions, agent_options, expectation_problems, notes_tokens
 from sm120.measure.agent_protocol import (
     call_problems,
     schema_problems,
+    split_cut_off,
     stream_order_problems,
     turn_problems,
 )
@@ -198,3 +199,43 @@ def test_agent_options_default_to_both_apis_and_every_turn() -> None:
     options = agent_options([], None, None, None, None)
     assert (options.apis, options.turns) == (("messages", "chat"), 10)
     assert agent_options(["chat,messages", "chat"], 3, 64, True, 0.0).apis == ("chat", "messages")
+
+
+def test_a_call_cut_off_at_max_tokens_is_a_warning_only_for_that_reason() -> None:
+    tools = tools_by_name()
+    cut = _exchange(finish_reason="length", tool_calls=[ToolCall("Read", '{"file_pa', "t")])
+    problems, warnings = split_cut_off(cut, turn_problems(cut, tools, "Read"))
+    assert problems == []
+    assert warnings == [
+        "Read input is not JSON: '{\"file_pa' (cut off at max_tokens: not checked)",
+        "a tool_use block came with stop_reason 'length' (cut off at max_tokens: not checked)",
+    ]
+    # a finished call is checked in full, and other faults stay faults when cut off
+    done = _exchange(finish_reason="tool_calls", tool_calls=[ToolCall("Read", '{"file_pa', "t")])
+    assert split_cut_off(done, turn_problems(done, tools, "Read"))[0] == [
+        "Read input is not JSON: '{\"file_pa'"
+    ]
+    wrong = _exchange(finish_reason="length", tool_calls=[ToolCall("Grep", "{}", "")])
+    problems, _ = split_cut_off(wrong, turn_problems(wrong, tools, "Read"))
+    assert "the Grep call has no id" in problems
+    assert "tool_choice forced Read, but no Read call came back" in problems
+
+
+@pytest.mark.parametrize(
+    ("given", "max_model_len", "tokens"),
+    [(None, 1024, 0), (None, 4096, 1024), (None, 131072, 4000), (None, None, 2000), (7, 1024, 7)],
+)
+def test_the_filler_is_sized_to_the_context(
+    given: int | None, max_model_len: int | None, tokens: int
+) -> None:
+    assert notes_tokens(AgentOptions(notes_tokens=given), max_model_len) == tokens
+
+
+def test_a_cut_call_closed_by_the_engine_is_still_a_cut_call() -> None:
+    cut = _exchange(finish_reason="length", tool_calls=[ToolCall("Edit", "{}", "t")])
+    problems, warnings = split_cut_off(cut, turn_problems(cut, tools_by_name(), "Edit"))
+    assert problems == []
+    assert (
+        warnings[0]
+        == "Edit input lacks the required 'file_path' (cut off at max_tokens: not checked)"
+    )
