@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -119,7 +120,10 @@ def run_agent(
     with target.wire() as wire:
         system = system_prompt(wire, target.model, notes_tokens(options, target.max_model_len))
         for api in options.apis:
-            session = Session(wire, target, options, protocol_only, system, api, prepare)
+            # A salt of its own at the head of the prompt: the hit rate is then this
+            # session's own reuse, not blocks an earlier run or the other API's session left.
+            own = f"Session {secrets.token_hex(4)}.\n{system}"
+            session = Session(wire, target, options, protocol_only, own, api, prepare)
             result = session.run()
             on_case(result)
             results.append(result)
