@@ -57,6 +57,8 @@ BOUNDS: dict[str, Bound] = {
     "stop --timeout": Bound(0, DAY_S, "seconds before SIGKILL, e.g. --timeout 30"),
     "--gate-max-tokens": _MAX_TOKENS,
     "--max-tokens": _MAX_TOKENS,
+    # sm120/measure/agent_session.py's STEPS: the agent session has ten turns
+    "test --turns": Bound(1, 10, "the agent session has 10 turns, e.g. --turns 3"),
     "--max-model-len": Bound(1, 1 << 24, "e.g. 131072"),
     "--gpu-mem-gib": Bound(0, 4096, "an RTX PRO 6000 has 94.97 GiB", open_low=True),
     "--kv-memory-gib": Bound(

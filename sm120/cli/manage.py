@@ -81,6 +81,12 @@ def _status_text(row: dict[str, object]) -> str:
                 f"  KV usage  {row['kv_cache_usage_pct']:.1f}%  running "
                 f"{row.get('requests_running')}, waiting {row.get('requests_waiting')}"
             )
+        if row.get("prefix_cache_hit_pct") is not None:
+            lines.append(
+                f"  prefix    {row['prefix_cache_hit_pct']:.1f}% of "
+                f"{row['prefix_cache_queried_tokens']:,} prompt tokens from the cache "
+                "since start"
+            )
     elif row.get("stale"):
         lines.append(
             f"  gone      no end was recorded and process {row['supervisor_pid']} is not one "

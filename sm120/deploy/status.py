@@ -29,11 +29,18 @@ def _age(seconds: float) -> str:
 
 
 def _metrics(base: str) -> dict[str, float]:
-    """A few gauges from /metrics; the full parser belongs to the monitor."""
+    """A few gauges and the prefix-cache counters from /metrics; the full parser belongs to
+    the monitor."""
     wanted = {
         "vllm:kv_cache_usage_perc": "kv",
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
+        # Prompt tokens looked up in / served from the prefix cache since the server started
+        # (older releases spelled them with a gpu_ prefix).
+        "vllm:prefix_cache_queries_total": "prefix_queries",
+        "vllm:prefix_cache_hits_total": "prefix_hits",
+        "vllm:gpu_prefix_cache_queries_total": "prefix_queries",
+        "vllm:gpu_prefix_cache_hits_total": "prefix_hits",
     }
     found: dict[str, float] = {}
     try:
@@ -49,6 +56,18 @@ def _metrics(base: str) -> dict[str, float]:
             except ValueError:
                 continue
     return found
+
+
+def _prefix_cache(metrics: dict[str, float]) -> dict[str, Any]:
+    """The hit rate since the server started; None until a prompt has been looked up."""
+    queried = metrics.get("prefix_queries")
+    if queried is None:
+        return {}
+    hits = metrics.get("prefix_hits", 0.0)
+    return {
+        "prefix_cache_hit_pct": hits / queried * 100 if queried else None,
+        "prefix_cache_queried_tokens": int(queried),
+    }
 
 
 def describe(state: DeploymentState) -> dict[str, Any]:
@@ -81,6 +100,7 @@ def describe(state: DeploymentState) -> dict[str, Any]:
             row["kv_cache_usage_pct"] = metrics["kv"] * 100
             row["requests_running"] = int(metrics.get("running", 0))
             row["requests_waiting"] = int(metrics.get("waiting", 0))
+        row.update(_prefix_cache(metrics))
     else:
         info = current.exit or runtime.exit_info(state)
         row["exit"] = info.describe() if info else "ended (exit status unknown)"

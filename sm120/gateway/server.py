@@ -27,6 +27,7 @@ from sm120.gateway.files import (
     running_gateway,
     save_address,
 )
+from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import IDLE_CONNECTION_S, build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
@@ -79,6 +80,10 @@ def _backends_and_key(
     return find, key
 
 
+def _normalized(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    return normalize(body, path).body
+
+
 def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
     """uvloop where it is installed: the relay's per-chunk cost is mostly the event loop's."""
     try:
@@ -104,7 +109,8 @@ async def _serve(
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
         swapper = Swapper(policy, EngineActions(session), discoverer(find))
-        app = build_app(api_key, swapper, session, config.aliases)
+        rewrite = _normalized if config.normalize_prompts else None
+        app = build_app(api_key, swapper, session, config.aliases, rewrite)
         # keepalive_timeout also bounds a connection that never completes its request head
         # (aiohttp arms it when the connection opens): no slow-header or idle pile-up.
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_CONNECTION_S)

@@ -48,3 +48,14 @@ def known_failure_lines(report: Mapping[str, Any]) -> list[str]:
         mode = get(failure_id)
         lines.append(f"{failure_id} {mode.title}. Fix: {mode.fix}")
     return lines
+
+
+def prefix_cache_line(report: Mapping[str, Any]) -> str | None:
+    """The share of the prompt tokens the engine's prefix cache served, when it counts them."""
+    cache = report.get("prefix_cache")
+    if not cache or cache.get("hit_rate") is None:
+        return None
+    return (
+        f"prefix cache: {cache['hit_rate']:.0%} of {cache['queried_tokens']:,} prompt tokens "
+        f"served from the cache ({cache['hit_tokens']:,} tokens)"
+    )

@@ -71,6 +71,13 @@ def show_bench(report: Mapping[str, Any], console: Console | None = None) -> Non
         )
     else:
         out.print("speculative decoding: none (no draft counters moved in /metrics)")
+    cache = report.get("prefix_cache")
+    if cache and cache.get("queried_tokens"):
+        share = cache["hit_tokens"] / cache["queried_tokens"] * 100
+        out.print(
+            f"prefix cache: {share:.1f}% of {cache['queried_tokens']:,} prompt tokens served "
+            "from the cache (bench prompts are new by design: a high share flatters TTFT)"
+        )
     for name, how in (report.get("tools") or {}).items():
         out.print(f"[dim]{name}: {how}[/dim]")
     for note in report.get("notes") or []:

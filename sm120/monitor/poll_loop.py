@@ -524,6 +524,10 @@ class MonitorService:
             "decode_tps": _round(rates.decode_tps if rates else None),
             "acceptance_rate": _round(rates.acceptance_rate if rates else None, 4),
             "mean_acceptance_length": _round(rates.mean_acceptance_length if rates else None),
+            "prefix_hit_rate": _round(prefix_hit_rate(rates.deltas if rates else {}), 4),
+            "prefix_hit_rate_total": _round(
+                prefix_hit_rate(snapshot.counters if snapshot else {}), 4
+            ),
             "speculative": {
                 "method": self.settings.speculative_method,
                 "num_speculative_tokens": self.settings.speculative_tokens,
@@ -552,6 +556,15 @@ class MonitorService:
 
     def publish(self, *, stopped: bool = False) -> None:
         write_json_atomically(self.files.live, self.live(stopped=stopped), durable=False)
+
+
+def prefix_hit_rate(counters: dict[str, float]) -> float | None:
+    """Prompt tokens the prefix cache served per token looked up (0-1); None without lookups.
+    Over an interval's deltas: what the cache does now; over the counters: since start."""
+    queried = counters.get("prefix_queries")
+    if not queried:
+        return None
+    return counters.get("prefix_hits", 0.0) / queried
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:

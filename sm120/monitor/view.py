@@ -33,6 +33,10 @@ def _number(value: Any, unit: str = "", digits: int = 1) -> str:
     return f"{float(value):,.{digits}f}{unit}"
 
 
+def _percent(fraction: Any) -> str:
+    return _number(fraction * 100 if isinstance(fraction, (int, float)) else None, "%")
+
+
 def render(live: dict[str, Any], name: str, monitor_pid: int | None) -> RenderableType:
     activity = str(live.get("activity") or "starting")
     style = _ACTIVITY_STYLE.get(activity, "white")
@@ -70,6 +74,12 @@ def render(live: dict[str, Any], name: str, monitor_pid: int | None) -> Renderab
         f"{_number(acceptance * 100 if acceptance is not None else None, '%')}"
         f"  (mean length {_number(live.get('mean_acceptance_length'), digits=2)}"
         f"{_speculative_text(live.get('speculative'))})",
+        "",
+    )
+    table.add_row(
+        "prefix cache hits",
+        f"{_percent(live.get('prefix_hit_rate'))}  ({_percent(live.get('prefix_hit_rate_total'))}"
+        " since start)",
         "",
     )
     return Group(header, table, *_gpu_lines(live), _watchdog_line(live), *_alert_lines(live))

@@ -305,6 +305,19 @@ def _sglang_flashmla_prefill(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
+# The releases F05b holds for are in failures.yaml; `sm120 test agent --full` shows it happen.
+@rule("F05b", "warn", "MTP speculative decoding breaks GLM tool calls")
+def _mtp_glm_tool_calls(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    speculative = plan.speculative
+    parser = str(plan.arg("tool-call-parser") or "")
+    if speculative is not None and speculative.method == "mtp" and parser.startswith("glm"):
+        yield (
+            f"MTP drafts with the {parser} tool parser on vLLM {plan.image.engine_version} "
+            "have returned broken or missing tool calls (HTTP 200, nothing logged); for coding "
+            "agents drop speculative-config, and check with 'sm120 test agent --full'"
+        )
+
+
 @rule("F07", "error", "no nvfp4 KV cache on SM12x")
 def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4"):

@@ -62,6 +62,7 @@ class ToolCall:
     name: str = ""
     arguments: str = ""
     """The arguments as streamed: JSON text, checked by the gate, not trusted here."""
+    id: str = ""
 
 
 @dataclass
@@ -81,6 +82,8 @@ class Exchange:
     ended: float | None = None
     error: str | None = None
     """An HTTP error status or a mid-stream error: the request failed, the server is up."""
+    events: list[tuple[str, int | None]] = field(default_factory=list)
+    """Anthropic streams: each event's type and content-block index, in arrival order."""
 
     @property
     def ttft_s(self) -> float | None:
@@ -190,6 +193,7 @@ class Wire(Connection):
         max_tokens: int | None = None,
         temperature: float | None = None,
         thinking: bool | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> Exchange:
         body: dict[str, Any] = {
             "model": model,
@@ -198,6 +202,8 @@ class Wire(Connection):
             "stream_options": {"include_usage": True},
         }
         generation_options(body, max_tokens, temperature, thinking)
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
         return self._generate("chat", CHAT_PATH, body, tools, _ChatChunks)
 
     def messages(
@@ -206,12 +212,14 @@ class Wire(Connection):
         model: str,
         *,
         max_tokens: int,
-        system: str | None = None,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
         temperature: float | None = None,
         thinking: bool | None = None,
+        tool_choice: Mapping[str, Any] | None = None,
     ) -> Exchange:
-        """The Anthropic Messages API, which always needs max_tokens."""
+        """The Anthropic Messages API, which always needs max_tokens. `system` is a string or
+        a list of text blocks (Claude Code sends blocks)."""
         body: dict[str, Any] = {
             "model": model,
             "messages": list(messages),
@@ -219,8 +227,10 @@ class Wire(Connection):
             "stream": True,
         }
         if system:
-            body["system"] = system
+            body["system"] = system if isinstance(system, str) else list(system)
         generation_options(body, None, temperature, thinking)
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
         return self._generate("messages", MESSAGES_PATH, body, tools, _MessageEvents)
 
     def _generate(
@@ -330,6 +340,7 @@ class _ChatChunks(_Fold):
     def _take_call(self, call: Mapping[str, Any]) -> None:
         target = self._call_at(int(call.get("index", len(self._calls))))
         function = call.get("function") or {}
+        target.id += str(call.get("id") or "")
         target.name += str(function.get("name") or "")
         target.arguments += str(function.get("arguments") or "")
 
@@ -340,13 +351,17 @@ class _MessageEvents(_Fold):
     def feed(self, event: Mapping[str, Any], now: float) -> None:
         ex = self.exchange
         kind = event.get("type")
+        index = event.get("index")
+        ex.events.append((str(kind), index if isinstance(index, int) else None))
         if kind == "message_start":
             usage = (event.get("message") or {}).get("usage") or {}
             ex.prompt_tokens = _int_or(usage.get("input_tokens"), ex.prompt_tokens)
         elif kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
-                self._call_at(int(event.get("index", 0))).name += str(block.get("name") or "")
+                call = self._call_at(int(event.get("index", 0)))
+                call.name += str(block.get("name") or "")
+                call.id += str(block.get("id") or "")
                 ex.saw_output(now)
         elif kind == "content_block_delta":
             self._take_delta(int(event.get("index", 0)), event.get("delta") or {}, now)

@@ -1010,3 +1010,22 @@ def test_the_benchmark_load_records_an_endless_event_as_a_failed_request() -> No
     assert [timing.error for timing in result.requests] == [
         "the stream sent an event longer than 8 MiB"
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("test", "agent", "--case", "x"),
+            "Error: --case does not apply to the agent session (hint: use --turns N)",
+        ),
+        (
+            ("test", "agent", "--api", "responses"),
+            "Error: unknown --api 'responses' (hint: choose from: messages, chat)",
+        ),
+    ],
+)
+def test_agent_gate_bad_input(cli: CliRunner, args: tuple[str, ...], message: str) -> None:
+    code, _, err = invoke(cli, *args)
+    assert code == 2
+    assert one_line_error(err) == message

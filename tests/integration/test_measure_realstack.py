@@ -261,6 +261,49 @@ def test_eval_dry_run_uses_the_served_checkpoint(served: dict[str, Any], tiny_mo
     assert f"base_url=http://127.0.0.1:{served['port']}/v1/completions" in result.stdout
 
 
+def test_agent_session_protocol_and_prefix_reuse(served: dict[str, Any]) -> None:
+    """Two turns of the agent session on both APIs (all that fits the fixture's 1,024-token
+    context): every answer's protocol is checked, the tool forced and marked strict (random
+    weights choose no tool); turn 2 answers turn 1's call, so its prompt starts with turn 1's
+    and vLLM's counters must show the cache serving it."""
+    code, data, err = run_json(
+        served["home"], "test", "agent", "--turns", "2", "--max-tokens", "32"
+    )
+    assert code == 0, (err[-2000:], json.dumps(data)[:3000])
+    report = data["suites"][0]
+    assert (report["suite"], report["mode"], report["failed"]) == ("agent", "protocol", 0)
+    sessions = {case["api"]: case for case in report["cases"]}
+    assert set(sessions) == {"messages", "chat"}
+    for api, session in sessions.items():
+        first, second = session["turns"]
+        for turn, tool in ((first, "Read"), (second, "Edit")):
+            assert turn["tool_choice"] == tool and turn["failures"] == [], (api, turn)
+            assert [call["name"] for call in turn["tool_calls"]] == [tool]
+            assert turn["tool_calls"][0]["id"]
+            assert 0 < turn["completion_tokens"] <= 32
+        # turn 2 carries turn 1's prompt, the call and its result: longer, mostly cached
+        assert second["prompt_tokens"] > first["prompt_tokens"] + 50
+        cache = second["prefix_cache"]
+        assert cache["queried_tokens"] >= second["prompt_tokens"] - 1
+        assert cache["hit_rate"] > 0.5, cache
+    total = report["prefix_cache"]
+    assert total["hit_tokens"] == sum(s["prefix_cache"]["hit_tokens"] for s in sessions.values())
+    # status reads the same counters, since the server started
+    code, rows, err = run_json(served["home"], "status")
+    assert code == 0, err
+    assert 0.0 < rows[0]["prefix_cache_hit_pct"] <= 100.0
+    assert rows[0]["prefix_cache_queried_tokens"] >= total["queried_tokens"]
+
+
+def test_agent_session_refuses_more_turns_than_the_context_holds(served: dict[str, Any]) -> None:
+    code, data, _ = run_json(
+        served["home"], "test", "agent", "--api", "chat", "--turns", "6", "--max-tokens", "32"
+    )
+    assert code == 1
+    failures = data["suites"][0]["cases"][0]["failures"]
+    assert any("request failed: HTTP 400" in f for f in failures), failures
+
+
 # --- launch --gate ----------------------------------------------------------------------------
 
 

@@ -921,3 +921,22 @@ def test_configured_speculation_without_draft_counters_is_named() -> None:
     assert "speculative decoding: none (no draft counters moved in /metrics)" in (
         console.export_text()
     )
+
+
+def test_the_prefix_cache_share_is_shown_when_counted() -> None:
+    report = {
+        "deployment": "d",
+        "model": "m",
+        "mode": "quick",
+        "decode": {"tps": 10.0, "output_tokens": 8, "tool": "sm120"},
+        "spec_decode": None,
+        "prefix_cache": {"queried_tokens": 1000, "hit_tokens": 125, "tool": "/metrics counters"},
+    }
+    console = Console(record=True, width=200)
+    show_bench(report, console)
+    assert "prefix cache: 12.5% of 1,000 prompt tokens served from the cache" in (
+        console.export_text()
+    )
+    console = Console(record=True, width=200)
+    show_bench({**report, "prefix_cache": None}, console)
+    assert "prefix cache:" not in console.export_text()

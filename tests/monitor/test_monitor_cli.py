@@ -4,6 +4,7 @@ messages, the JSON and text views, and the plot."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,8 @@ LIVE = {
     "decode_tps": 33.0,
     "acceptance_rate": 0.753,
     "mean_acceptance_length": 2.51,
+    "prefix_hit_rate": 0.8125,
+    "prefix_hit_rate_total": 0.6,
     "speculative": {"method": "mtp", "num_speculative_tokens": 3},
     "peaks": {"peak_prefill_tps": 5100.0, "peak_decode_tps": 60.0, "peak_running": 3},
     "watchdog": {
@@ -149,6 +152,7 @@ def test_json_and_text_views(cli: CliRunner, isolated_home: Path) -> None:
     assert "SERVING" in out and "monitor NOT running" in out
     assert "3,900.0" in out and "5,100.0" in out and "60.0" in out
     assert "75.3%" in out and "75.3%  (mean length 2.51/4 mtp)" in out
+    assert re.search(r"prefix cache hits\s+81\.2%  \(60\.0% since start\)", out), out
     assert "restarts 1/3 in 6 h" in out
     assert "restart: restarting" in out
 

@@ -222,3 +222,16 @@ def test_unknown_force_id() -> None:
 
     with pytest.raises(PlanError, match="unknown rule 'f02'; did you mean 'F02'"):
         plan_for("glm47", force=("f02",))
+
+
+def test_f05b_mtp_with_a_glm_tool_parser_warns() -> None:
+    # glm52's default serves MTP with the glm47 tool parser
+    found = results("glm52")["F05b"]
+    assert found.status == "warn"  # type: ignore[attr-defined]
+    assert "MTP drafts with the glm47 tool parser on vLLM" in " ".join(found.messages)  # type: ignore[attr-defined]
+
+
+def test_f05b_is_silent_without_mtp_or_on_an_older_release() -> None:
+    assert results("glm47")["F05b"].status == "pass"  # type: ignore[attr-defined]
+    older = results("glm52", sets=("image.engine_version=0.11.0",))
+    assert older["F05b"].status == "pass"  # type: ignore[attr-defined]
