@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -78,13 +78,14 @@ async def running_gateway(
     policy: SwapPolicy,
     actions: FakeActions,
     aliases: tuple[Alias, ...] = (),
+    rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, Swapper]]:
     async def discover() -> dict[str, Backend]:
         return dict(table)
 
     upstream = aiohttp.ClientSession(auto_decompress=False)
     swapper = Swapper(policy, actions, discover)
-    server = TestServer(build_app(GATEWAY_KEY, swapper, upstream, aliases))
+    server = TestServer(build_app(GATEWAY_KEY, swapper, upstream, aliases, rewrite))
     await server.start_server()
     client = aiohttp.ClientSession(
         base_url=str(server.make_url("/")),

@@ -297,3 +297,34 @@ def test_alias_files_and_the_command_line_merge_name_by_name(tmp_path: Path) -> 
     path.write_text("- not a mapping\n")
     with pytest.raises(AliasError, match="has no 'aliases:' mapping"):
         load_alias_file(path)
+
+
+def test_normalised_prompts_reach_the_engine_without_the_billing_header() -> None:
+    from sm120.gateway.server import _normalized
+
+    with FakeOpenAIServer(model="a") as fake:
+        fake.default_reply = Reply(content="ok")
+        table = {"a": backend("a", fake.url)}
+        body = {
+            **MESSAGES,
+            "model": "a",
+            "system": [
+                {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=abc;"},
+                {"type": "text", "text": "You are a coding agent."},
+            ],
+        }
+
+        async def send() -> int:
+            async with (
+                running_gateway(table, SwapPolicy(), FakeActions(table), (), _normalized) as (
+                    client,
+                    _,
+                ),
+                client.post("/v1/messages", json=body) as answer,
+            ):
+                await answer.read()
+                return answer.status
+
+        assert run(send()) == 200
+        sent = [b for path, b in fake.requests if path == "/v1/messages"]
+    assert sent[0]["system"] == [{"type": "text", "text": "You are a coding agent."}]
