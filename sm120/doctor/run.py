@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sm120.core.errors import SM120Error
 from sm120.core.ports import ensure_port_free
-from sm120.doctor import checks, host_checks
+from sm120.doctor import checks, host_checks, kv_tier_checks
 from sm120.doctor.capture import read_captured
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
@@ -198,7 +198,10 @@ def run_doctor(
     findings += host_checks.check_shm(SHM_PATH, needs, machine.disk_usage)
     if check_port:
         findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
-    findings += host_checks.check_system_memory(machine.read_text("/proc/meminfo"))
+    meminfo = machine.read_text("/proc/meminfo")
+    findings += host_checks.check_system_memory(meminfo)
+    findings += kv_tier_checks.check_kv_tier_memory(meminfo, needs)
+    findings += kv_tier_checks.check_kv_tier_disk(needs, machine.disk_usage)
     return DoctorResult(findings, needs, probe, engine, docker, str(target))
 
 

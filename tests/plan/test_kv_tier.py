@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
 from sm120.core.errors import PlanError
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.compose import render_compose_service
 from sm120.render.environment import render_env
-from tests.helpers import SM120_X4, argv_of, flag_value, plan_for
+from tests.helpers import SM120_X4, argv_of, flag_value, invoke, plan_for
 
 NATIVE_32 = ("kv_tier.cpu_gib=32",)
 LMCACHE_DISK = (
@@ -144,3 +145,22 @@ def test_k01_refuses_with_the_reason(
 def test_k01_can_be_forced() -> None:
     checked = plan_for("glm52", sets=NATIVE_32, hardware=SM120_X4, force=("K01",))
     assert next(r for r in checked.results if r.id == "K01").status == "forced"
+
+
+def test_plan_shows_the_tiers_tokens_from_the_gpu_pools_bytes_per_token() -> None:
+    code, stdout, _ = invoke(
+        CliRunner(),
+        *("plan", "glm47", "--gpus", "4", "--json", "--set", "kv_tier.backend=lmcache"),
+        *("--set", "kv_tier.cpu_gib=64", "--set", "kv_tier.disk_path=/nvme/kv"),
+        *("--set", "kv_tier.disk_gib=256"),
+    )
+    assert code == 0
+    document = json.loads(stdout)
+    per_token = document["kv_bytes_per_token_per_rank"]
+    tier = document["kv_tier"]
+    assert tier["ranks"] == 4 and tier["pinned_host_gib"] == 64
+    # 16 GiB per rank over the same bytes per token as the GPU pool: 364,722 tokens.
+    assert tier["cpu_tokens"] == int(16 * 1024**3 / per_token) == 364_722
+    assert tier["disk_tokens"] == int(64 * 1024**3 / per_token)
+    plain = json.loads(invoke(CliRunner(), "plan", "glm47", "--gpus", "4", "--json")[1])
+    assert "kv_tier" not in plain
