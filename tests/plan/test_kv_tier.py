@@ -131,7 +131,7 @@ def test_glm47_native_tier_passes_k01() -> None:
             (),
             "does not ship the lmcache",
         ),
-        ("tiny", ("kv_tier.cpu_gib=1",), (), "the CPU build"),
+        ("tiny", ("kv_tier.cpu_gib=1",), (), "only supported on CUDA-alike and XPU GPUs"),
     ],
 )
 def test_k01_refuses_with_the_reason(
