@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -276,8 +277,10 @@ def main() -> None:
         arms.remove("lmcache")
         notes.append(f"lmcache arm skipped: `import lmcache` fails in {args.vllm_python}")
     model = shaped_model(args, args.work)
-    smi = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=30)
-    device = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout else "cpu"
+    device = "cpu"
+    if shutil.which("nvidia-smi"):
+        smi = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=30)
+        device = smi.stdout.strip().splitlines()[0] if smi.stdout.strip() else device
     document: dict[str, Any] = {"device": device, "settings": vars(args) | {"out": str(args.out),
         "work": str(args.work)}, "arms": {}, "summary": {}, "notes": notes}  # fmt: skip
     for arm in arms:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +12,7 @@ from sm120.core.errors import PlanError
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.compose import render_compose_service
+from sm120.render.container import ContainerPlacement, render_container
 from sm120.render.environment import render_env
 from tests.helpers import SM120_X4, argv_of, flag_value, invoke, plan_for
 
@@ -164,3 +166,11 @@ def test_plan_shows_the_tiers_tokens_from_the_gpu_pools_bytes_per_token() -> Non
     assert tier["disk_tokens"] == int(64 * 1024**3 / per_token)
     plain = json.loads(invoke(CliRunner(), "plan", "glm47", "--gpus", "4", "--json")[1])
     assert "kv_tier" not in plain
+
+
+def test_a_container_mounts_the_disk_tier_at_the_same_path(tmp_path: Path) -> None:
+    plan = plan_for("glm47", sets=LMCACHE_DISK, hardware=SM120_X4).plan
+    where = ContainerPlacement("glm47", cache_dir=tmp_path / "cache", hf_cache=tmp_path / "hf")
+    container = render_container(plan, where)
+    assert container["volumes"]["/nvme/kv"] == {"bind": "/nvme/kv", "mode": "rw"}
+    assert container["environment"]["LMCACHE_LOCAL_DISK"] == "file:///nvme/kv/"
