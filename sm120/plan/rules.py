@@ -331,6 +331,7 @@ def _kv_tier_supported(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         plan.model.attention,
         tier.backend,
         plan.image.build_args,
+        plan.image.engine_version,
     )
     if reason is not None:
         yield (

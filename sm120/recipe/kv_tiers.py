@@ -7,6 +7,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from packaging.version import InvalidVersion, Version
 
 OK = "ok"
 # An image that ships LMCache says so with the version it installs (its Dockerfile's build arg).
@@ -20,8 +21,22 @@ def _table() -> dict[str, Any]:
     return loaded
 
 
+def _release(engine_version: str) -> Version | None:
+    """'0.15.1', 'v0.26.0', 'vllm 0.26.0' -> the release; a branch or fork ref -> None."""
+    words = engine_version.split()
+    try:
+        return Version(words[-1].removeprefix("v")) if words else None
+    except InvalidVersion:
+        return None
+
+
 def tier_refusal(
-    engine: str, flavour: str, attention: str, backend: str, build_args: dict[str, str]
+    engine: str,
+    flavour: str,
+    attention: str,
+    backend: str,
+    build_args: dict[str, str],
+    engine_version: str = "",
 ) -> str | None:
     """Why `backend` cannot serve this engine build and attention family, or None when it can."""
     builds = _table().get(engine, {})
@@ -33,6 +48,10 @@ def tier_refusal(
     verdict = verdicts.get(backend)
     if isinstance(verdict, str):
         return verdict
+    since = (verdict or {}).get("since")
+    release = _release(engine_version)
+    if since is not None and release is not None and release < Version(str(since)):
+        return f"{engine} {engine_version} predates the {backend} tier (vLLM {since})"
     reason = (verdict or {}).get(attention)
     if reason is None:
         return f"unverified: {backend} with {attention} attention on the {flavour} build"

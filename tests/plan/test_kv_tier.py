@@ -134,6 +134,12 @@ def test_glm47_native_tier_passes_k01() -> None:
             "does not ship the lmcache",
         ),
         ("tiny", ("kv_tier.cpu_gib=1",), (), "only supported on CUDA-alike and XPU GPUs"),
+        (
+            "glm47",
+            ("kv_tier.cpu_gib=8", "image.engine_version=0.10.2"),
+            (),
+            "vllm 0.10.2 predates the native tier (vLLM 0.11.0)",
+        ),
     ],
 )
 def test_k01_refuses_with_the_reason(
