@@ -67,3 +67,24 @@ def test_disk_tier_folder_missing_full_or_fine(tmp_path: Path) -> None:
     [readonly] = check_kv_tier_disk(needs, free(100), writable=lambda path: False)
     assert readonly.message == f"{tmp_path} is not writable"
     assert check_kv_tier_disk(needs, free(100))[0].severity == "ok"
+
+
+def test_preflight_runs_the_tier_checks_for_a_plan_with_a_tier(tmp_path: Path) -> None:
+    """Through preflight, on the fake GPU box (238 GiB available): a 300 GiB tier is an
+    error that stops the launch, a missing disk folder another; 64 GiB passes."""
+    from sm120.doctor import preflight
+    from tests.fakes.gpu_box import gpu_box, machine
+
+    disk = (
+        "kv_tier.backend=lmcache",
+        f"kv_tier.disk_path={tmp_path / 'missing'}",
+        "kv_tier.disk_gib=100",
+    )
+    big = resolve(PlanRequest("glm47", sets=("kv_tier.cpu_gib=300", *disk)))
+    found = {f.id: f for f in preflight(big, machine=machine(gpu_box()))}
+    assert found["kv-tier-memory"].severity == "error"
+    assert "238.4 GiB available (the host would swap)" in found["kv-tier-memory"].message
+    assert found["kv-tier-disk"].severity == "error"
+    fits = resolve(PlanRequest("glm47", sets=("kv_tier.cpu_gib=64",)))
+    found = {f.id: f for f in preflight(fits, machine=machine(gpu_box()))}
+    assert found["kv-tier-memory"].severity == "ok" and "kv-tier-disk" not in found
