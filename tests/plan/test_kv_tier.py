@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from sm120.core.errors import PlanError
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import PlanRequest, resolve
+from sm120.plan.stored import plan_from_data, plan_to_data
 from sm120.render.compose import render_compose_service
 from sm120.render.container import ContainerPlacement, render_container
 from sm120.render.environment import render_env
@@ -180,3 +181,11 @@ def test_a_container_mounts_the_disk_tier_at_the_same_path(tmp_path: Path) -> No
     container = render_container(plan, where)
     assert container["volumes"]["/nvme/kv"] == {"bind": "/nvme/kv", "mode": "rw"}
     assert container["environment"]["LMCACHE_LOCAL_DISK"] == "file:///nvme/kv/"
+
+
+def test_a_stored_plan_keeps_its_tier() -> None:
+    """The plan a cluster relaunch (or any reader of plan.json) gets back renders the same."""
+    plan = resolve(PlanRequest("glm47", sets=LMCACHE_DISK))
+    again = plan_from_data(json.loads(json.dumps(plan_to_data(plan))))
+    assert again.kv_tier == plan.kv_tier
+    assert render_env(again) == render_env(plan)
