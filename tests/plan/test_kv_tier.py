@@ -189,3 +189,17 @@ def test_a_stored_plan_keeps_its_tier() -> None:
     again = plan_from_data(json.loads(json.dumps(plan_to_data(plan))))
     assert again.kv_tier == plan.kv_tier
     assert render_env(again) == render_env(plan)
+
+
+def test_the_dry_run_document_names_the_tier_and_who_set_it() -> None:
+    from sm120.deploy.checked import plan_document
+
+    document = plan_document(plan_for("glm47", sets=NATIVE_32, hardware=SM120_X4))
+    assert document["kv_tier"] == {
+        "backend": "native",
+        "cpu_gib": 32.0,
+        "disk_path": None,
+        "disk_gib": None,
+    }
+    assert document["provenance"]["kv_tier.cpu_gib"] == "command line"
+    assert "kv_tier" not in plan_document(plan_for("glm47", hardware=SM120_X4))
