@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from sm120.core.errors import SM120Error
 from sm120.core.ports import ensure_port_free
-from sm120.doctor import checks, host_checks, kv_tier_checks
+from sm120.doctor import checks, host_checks
 from sm120.doctor.capture import read_captured
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
 from sm120.doctor.gpu_source import GpuProbe, probe_gpus
 from sm120.doctor.host_checks import DiskUsage, DockerState
+from sm120.doctor.kv_tier_checks import check_kv_tier_disk, check_kv_tier_memory
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import GpuInfo, Snapshot
@@ -200,8 +201,8 @@ def run_doctor(
         findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
     meminfo = machine.read_text("/proc/meminfo")
     findings += host_checks.check_system_memory(meminfo)
-    findings += kv_tier_checks.check_kv_tier_memory(meminfo, needs)
-    findings += kv_tier_checks.check_kv_tier_disk(needs, machine.disk_usage)
+    findings += check_kv_tier_memory(meminfo, needs)
+    findings += check_kv_tier_disk(needs, machine.disk_usage)
     return DoctorResult(findings, needs, probe, engine, docker, str(target))
 
 
