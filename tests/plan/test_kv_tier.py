@@ -203,3 +203,14 @@ def test_the_dry_run_document_names_the_tier_and_who_set_it() -> None:
     }
     assert document["provenance"]["kv_tier.cpu_gib"] == "command line"
     assert "kv_tier" not in plan_document(plan_for("glm47", hardware=SM120_X4))
+
+
+def test_plan_prints_the_tier_line() -> None:
+    code, stdout, _ = invoke(
+        CliRunner(), "plan", "glm47", "--gpus", "4", "--set", "kv_tier.cpu_gib=64"
+    )
+    assert code == 0
+    assert (
+        "KV tier (native): 364,722 tokens in 64 GiB of pinned host RAM (16 GiB per rank x 4)"
+        in stdout
+    )
