@@ -68,12 +68,31 @@ def plan(
             f"pass --gpus {tp}, or pick a variant for fewer GPUs",
         )
     report = build_report(spec, tp, dcp, mxfp4_weights_gib(loaded))
+    tier = None
+    if launch_plan.kv_tier is not None:
+        from sm120.plan.fit.tier import tier_capacity
+
+        layout = report.planned.layout
+        ranks = tp * int(launch_plan.arg("pipeline-parallel-size", 1) or 1)
+        tier = tier_capacity(launch_plan.kv_tier, layout, spec.context, ranks)
     if as_json:
-        typer.echo(
-            json.dumps(report_document(report, recipe, launch_plan.identity_variants), indent=2)
-        )
+        document = report_document(report, recipe, launch_plan.identity_variants)
+        if tier is not None:
+            document["kv_tier"] = tier.as_dict()
+        typer.echo(json.dumps(document, indent=2))
     else:
         _show(report, recipe)
+        if tier is not None:
+            typer.echo(
+                f"KV tier ({tier.backend}): {tier.cpu_tokens:,} tokens in {tier.pinned_gib:g} GiB "
+                f"of pinned host RAM ({tier.pinned_gib / tier.ranks:g} GiB per rank x "
+                f"{tier.ranks})"
+                + (
+                    f", {tier.disk_tokens:,} more on {tier.disk_gib:g} GiB of disk"
+                    if tier.disk_tokens is not None
+                    else ""
+                )
+            )
     if report.failed:
         raise typer.Exit(1)
 

@@ -117,6 +117,8 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
     }
     if plan.multinode is not None:
         document["multinode"] = plan.multinode.model_dump()
+    if plan.kv_tier is not None:  # rendered into argv / env above; here as the recipe said it
+        document["kv_tier"] = plan.kv_tier.model_dump()
     document.update(performance_document(plan))
     return document
 

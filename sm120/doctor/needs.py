@@ -34,6 +34,12 @@ class Needs:
     # Without a recipe: which recipes (and variants) are validated on each compute capability,
     # so a GPU that is not SM12x is told what would run on it.
     targets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A KV tier beyond the GPU: pinned host RAM (GiB) and LMCache's disk folder and size.
+    kv_tier_gib: float | None = None
+    kv_tier_disk_path: str | None = None
+    kv_tier_disk_gib: float | None = None
+    # Sleep mode (level 1) moves the weights into host RAM beside the tier.
+    sleep_weights_gb: float | None = None
 
     @property
     def uses_gpus(self) -> bool:
@@ -75,6 +81,10 @@ def needs_from_plan(plan: LaunchPlan) -> Needs:
         host=plan.host,
         port=plan.port,
         engine=plan.engine,
+        kv_tier_gib=plan.kv_tier.cpu_gib if plan.kv_tier else None,
+        kv_tier_disk_path=plan.kv_tier.disk_path if plan.kv_tier else None,
+        kv_tier_disk_gib=plan.kv_tier.disk_gib if plan.kv_tier else None,
+        sleep_weights_gb=plan.model.size_gb if plan.arg("enable-sleep-mode") else None,
     )
 
 

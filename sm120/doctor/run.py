@@ -19,6 +19,7 @@ from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
 from sm120.doctor.gpu_source import GpuProbe, probe_gpus
 from sm120.doctor.host_checks import DiskUsage, DockerState
+from sm120.doctor.kv_tier_checks import check_kv_tier_disk, check_kv_tier_memory
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import GpuInfo, Snapshot
@@ -200,7 +201,10 @@ def run_doctor(
     findings += host_checks.check_shm(SHM_PATH, needs, machine.disk_usage)
     if check_port:
         findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
-    findings += host_checks.check_system_memory(machine.read_text("/proc/meminfo"))
+    meminfo = machine.read_text("/proc/meminfo")
+    findings += host_checks.check_system_memory(meminfo)
+    findings += check_kv_tier_memory(meminfo, needs)
+    findings += check_kv_tier_disk(needs, machine.disk_usage)
     return DoctorResult(findings, needs, probe, engine, docker, str(target))
 
 

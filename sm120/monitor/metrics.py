@@ -40,7 +40,18 @@ COUNTERS = {
     "vllm:prefix_cache_hits_total": "prefix_hits",
     "vllm:gpu_prefix_cache_queries_total": "prefix_queries",
     "vllm:gpu_prefix_cache_hits_total": "prefix_hits",
+    # The KV tier (monitor/kv_tier.py): hits the KV connector served, bytes it moved.
+    "vllm:external_prefix_cache_queries_total": "tier_queries",
+    "vllm:external_prefix_cache_hits_total": "tier_hits",
+    "vllm:kv_offload_store_bytes_total": "tier_store_bytes",
+    "vllm:kv_offload_load_bytes_total": "tier_load_bytes",
+    "lmcache:num_requested_tokens_total": "lmcache_requested_tokens",
+    "lmcache:num_hit_tokens_total": "lmcache_hit_tokens",
 }
+# Before vLLM 0.30 (and beside the new names for a while) one counter labelled by direction;
+# read only where the new store / load counters are absent, so nothing counts twice.
+LEGACY_OFFLOAD_BYTES = "vllm:kv_offload_total_bytes_total"
+LEGACY_DIRECTIONS = {"gpu_to_cpu": "tier_store_bytes", "cpu_to_gpu": "tier_load_bytes"}
 SUMMED_GAUGES = {
     "vllm:num_requests_running": "running",
     "vllm:num_requests_waiting": "waiting",
@@ -48,7 +59,7 @@ SUMMED_GAUGES = {
 # Newest name first: a release exposing both reports the same value under each.
 KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 START_TIME = "process_start_time_seconds"
-WANTED = frozenset([*COUNTERS, *SUMMED_GAUGES, *KV_USAGE_NAMES, START_TIME])
+WANTED = frozenset([*COUNTERS, *SUMMED_GAUGES, *KV_USAGE_NAMES, START_TIME, LEGACY_OFFLOAD_BYTES])
 
 
 class MetricsError(SM120Error):
@@ -101,6 +112,7 @@ def parse_metrics(
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     kv: dict[str, list[float]] = {}
+    legacy: dict[str, float] = {}
     started_at = None
     try:
         families = list(text_string_to_metric_families(wanted + "\n"))
@@ -119,6 +131,13 @@ def parse_metrics(
                 kv.setdefault(name, []).append(value)
             elif name == START_TIME:
                 started_at = value
+            elif name == LEGACY_OFFLOAD_BYTES:
+                direction = sample.labels.get("transfer_type", "").lower()
+                if direction in LEGACY_DIRECTIONS:
+                    key = LEGACY_DIRECTIONS[direction]
+                    legacy[key] = legacy.get(key, 0.0) + value
+    for key, value in legacy.items():
+        counters.setdefault(key, value)
     kv_usage = next((sum(v) / len(v) for n in KV_USAGE_NAMES if (v := kv.get(n))), None)
     return MetricsSnapshot(
         at=time.time() if at is None else at,

@@ -29,6 +29,7 @@ from sm120.logs.phases import StartupTracker
 from sm120.monitor.diagnostics import capture_wedge
 from sm120.monitor.files import MonitorFiles, MonitorSettings
 from sm120.monitor.gpu_activity import describe_gpus
+from sm120.monitor.kv_tier import tier_view
 from sm120.monitor.metrics import (
     MetricsError,
     MetricsSnapshot,
@@ -552,6 +553,7 @@ class MonitorService:
             },
             "alerts": [alert.as_dict() for alert in self.alerts],
             "gpus": [gpu.as_dict() for gpu in self.gpus],
+            "kv_tier": tier_view(snapshot.counters) if snapshot else None,
         }
 
     def publish(self, *, stopped: bool = False) -> None:

@@ -57,6 +57,7 @@ def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
             "last_wedge": (live.get("watchdog") or {}).get("last_wedge"),
         },
         "alerts": list(live.get("alerts") or [])[-3:],
+        "kv_tier": live.get("kv_tier") if fresh else None,  # offload, load-back, hits by tier
     }
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sm120.monitor.files import MonitorFiles
+from sm120.monitor.kv_tier import tier_line
 from sm120.monitor.peaks import read_json
 from sm120.monitor.process import running_monitor
 
@@ -82,6 +83,8 @@ def render(live: dict[str, Any], name: str, monitor_pid: int | None) -> Renderab
         " since start)",
         "",
     )
+    if live.get("kv_tier"):
+        table.add_row("KV tier", tier_line(live["kv_tier"]), "")
     return Group(header, table, *_gpu_lines(live), _watchdog_line(live), *_alert_lines(live))
 
 

@@ -23,6 +23,7 @@ SETTABLE_SECTIONS = (
     "monitor",
     "args",
     "multinode",
+    "kv_tier",
 )
 SETTABLE_SCALARS = ("thinking",)
 

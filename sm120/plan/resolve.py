@@ -34,6 +34,7 @@ from sm120.recipe.schema import (
     Derivations,
     HardwareSpec,
     ImageSpec,
+    KvTier,
     ModelSource,
     MonitorSpec,
     MultiNode,
@@ -97,6 +98,7 @@ class LaunchPlan:
     published: Published | None = None  # sourced figures, shown beside the roofline
     # The chosen variant that restores the recipe's seed default (Variant.seed), if any.
     seed_variant: str | None = None
+    kv_tier: KvTier | None = None  # rendered by render/kv_tier.py, sized by plan/fit/tier.py
 
     @property
     def identity_variants(self) -> tuple[str, ...]:
@@ -160,6 +162,7 @@ class _Work:
     timeouts: dict[str, Any]
     monitor: dict[str, Any]
     multinode: dict[str, Any] | None = None
+    kv_tier: dict[str, Any] | None = None
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -195,6 +198,7 @@ def _start(recipe: Recipe) -> _Work:
         monitor=recipe.monitor.model_dump(),
         port=recipe.default_port,
         multinode=recipe.multinode.model_dump() if recipe.multinode else None,
+        kv_tier=recipe.kv_tier.model_dump() if recipe.kv_tier else None,
     )
     if recipe.speculative is not None:
         work.args["speculative-config"] = recipe.speculative.config()
@@ -236,6 +240,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.multinode = variant.multinode.model_dump()
     if variant.speculative is not None:
         work.set_arg("speculative-config", variant.speculative.config(), layer)
+    if variant.kv_tier is not None:
+        work.kv_tier = variant.kv_tier.model_dump()
 
 
 def _changes_serving(variant: Variant) -> bool:
@@ -248,6 +254,7 @@ def _changes_serving(variant: Variant) -> bool:
         or variant.multinode
         or variant.replace_args
         or variant.speculative
+        or variant.kv_tier
     )
 
 
@@ -263,7 +270,9 @@ def _apply_assignment(work: _Work, assignment: Assignment, layer: str) -> None:
         work.thinking = value
     else:
         section: dict[str, Any] | None = getattr(work, path[0])
-        if section is None:  # only multinode is optional
+        if section is None and path[0] == "kv_tier":  # --set kv_tier.cpu_gib=32 turns it on
+            section = work.kv_tier = {}
+        if section is None:  # multinode is the other optional section
             raise PlanError(
                 f"--set {assignment.text}: the plan has no multi-node layout",
                 "pick a multi-node variant first (sm120 recipes show NAME lists them)",
@@ -524,6 +533,9 @@ def _freeze(
     }
     if work.multinode is not None:  # keeps single-host plan hashes as they were
         identity["multinode"] = work.multinode
+    kv_tier = _validated(KvTier, work.kv_tier, "kv_tier") if work.kv_tier is not None else None
+    if kv_tier is not None:  # likewise: plans without a tier keep their hashes
+        identity["kv_tier"] = kv_tier.model_dump()
     return LaunchPlan(
         recipe=recipe.name,
         title=recipe.title,
@@ -551,4 +563,5 @@ def _freeze(
         multinode=_validated(MultiNode, work.multinode, "multinode") if work.multinode else None,
         published=work.published,
         seed_variant=seed_variant,
+        kv_tier=kv_tier,
     )

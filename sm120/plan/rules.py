@@ -21,6 +21,7 @@ from sm120.logs.failures import load_catalogue
 from sm120.plan.hardware import Hardware
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
+from sm120.recipe.kv_tiers import tier_refusal
 
 Severity = Literal["error", "warn"]
 Check = Callable[[LaunchPlan, Hardware], Iterator[str]]
@@ -424,6 +425,27 @@ def _pcie_p2p(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         yield (
             "TP > 1 over PCIe without NCCL_P2P_DISABLE=1 often hangs at NCCL init on "
             "RTX PRO 6000 boxes (ACS/IOMMU); set env.NCCL_P2P_DISABLE=1 unless P2P is verified"
+        )
+
+
+@rule("K01", "error", "the KV tier's backend runs on this engine build and attention")
+def _kv_tier_supported(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    tier = plan.kv_tier
+    if tier is None:
+        return
+    reason = tier_refusal(
+        plan.engine,
+        plan.image.flavour,
+        plan.model.attention,
+        tier.backend,
+        plan.image.build_args,
+        plan.image.engine_version,
+    )
+    if reason is not None:
+        yield (
+            f"kv_tier backend {tier.backend} on {plan.engine} {plan.image.engine_version} "
+            f"({plan.model.attention} attention): {reason}; drop kv_tier or pick the other "
+            "backend (--force K01 tries anyway)"
         )
 
 

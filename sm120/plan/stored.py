@@ -20,6 +20,7 @@ from sm120.recipe.schema import (
     Baseline,
     HardwareSpec,
     ImageSpec,
+    KvTier,
     ModelSource,
     MonitorSpec,
     MultiNode,
@@ -40,6 +41,7 @@ MODEL_FIELDS: dict[str, type[BaseModel]] = {
     "monitor": MonitorSpec,
     "multinode": MultiNode,
     "published": Published,
+    "kv_tier": KvTier,
 }
 PAIR_FIELDS = ("args", "env")
 MAPPING_FIELDS = ("why", "derived", "provenance")

@@ -20,6 +20,8 @@ def _data(name: str) -> Any:
 
 # Rendered per node from the multinode layout (see sm120/render/multinode.py).
 MULTINODE_FLAGS = frozenset({"nnodes", "node-rank", "master-addr", "master-port", "headless"})
+# Rendered from the recipe's kv_tier (see sm120/render/kv_tier.py).
+KV_TIER_FLAGS = frozenset({"kv-offloading-backend", "kv-offloading-size", "kv-transfer-config"})
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,13 @@ class EngineFlags:
 
     def spec(self, name: str) -> FlagSpec:
         if name in self.reserved:
-            hint = (
-                "multi-node flags come from the recipe's multinode layout and --nodes"
-                if name in MULTINODE_FLAGS
-                else "use --model-dir, --port, --host or the recipe's model.served_name"
-            )
+            if name in MULTINODE_FLAGS:
+                hint = "multi-node flags come from the recipe's multinode layout and --nodes"
+            elif name in KV_TIER_FLAGS:
+                hint = "a KV tier comes from the recipe's kv_tier, e.g. --set kv_tier.cpu_gib=32"
+            else:
+                hint = "use --model-dir, --port, --host or the recipe's model.served_name"
+
             raise PlanError(f"'{name}' is set by sm120 itself, not by a recipe flag", hint)
         if name not in self.flags:
             raise PlanError(

@@ -41,6 +41,12 @@ KNOBS: dict[str, Knob] = {
     "MAX_NUM_SEQS": Knob("arg", "max-num-seqs", "concurrent sequences"),
     "GPU_MEMORY_UTILIZATION": Knob("arg", "gpu-memory-utilization", "GPU memory fraction"),
     "KV_CACHE_DTYPE": Knob("arg", "kv-cache-dtype", "KV cache dtype"),
+    "KV_TIER_BACKEND": Knob("key", "kv_tier.backend", "KV tier beyond the GPU: native or lmcache"),
+    "KV_TIER_CPU_GIB": Knob(
+        "key", "kv_tier.cpu_gib", "host RAM for the KV tier, GiB (turns it on)"
+    ),
+    "KV_TIER_DISK_PATH": Knob("key", "kv_tier.disk_path", "LMCache disk tier folder"),
+    "KV_TIER_DISK_GIB": Knob("key", "kv_tier.disk_gib", "LMCache disk tier size, GiB"),
     "RESTART": Knob("key", "monitor.restart", "no, on-failure or on-failure:N (relaunch on death)"),
     "SM120_SET": Knob("set", help="space-separated KEY=VALUE overrides, like --set"),
 }

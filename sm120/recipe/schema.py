@@ -393,6 +393,47 @@ class Speculative(Strict):
         return cls.model_validate({**known, "options": rest})
 
 
+class KvTier(Strict):
+    """A KV tier beyond the GPU: the engine's own offloading keeps evicted prefix blocks in
+    host RAM (and, with LMCache, on a local disk) and loads them back on a revisit instead of
+    prefilling them again. Sizes are for the whole server, split evenly over its ranks."""
+
+    backend: Literal["native", "lmcache"] = Field(
+        "native",
+        description="'native': vLLM's OffloadingConnector (--kv-offloading-backend native "
+        "--kv-offloading-size); 'lmcache': LMCache's LMCacheConnectorV1 with its CPU (and "
+        "disk) tiers configured by LMCACHE_* variables; the image must ship the lmcache package.",
+    )
+    cpu_gib: float = Field(
+        gt=0,
+        le=4096,
+        description="Host RAM for offloaded KV blocks, GiB for the whole server; the engine "
+        "pins it (page-locked), so it is taken from the host whether used or not.",
+    )
+    disk_path: str | None = Field(
+        None,
+        description="LMCache only: a local folder for a disk tier below the CPU one (an "
+        "absolute path; mounted into the container at the same path).",
+    )
+    disk_gib: float | None = Field(
+        None, gt=0, description="LMCache only: the disk tier's size in GiB for the whole server."
+    )
+
+    @model_validator(mode="after")
+    def _disk_complete(self) -> KvTier:
+        if (self.disk_path is None) != (self.disk_gib is None):
+            raise ValueError("set disk_path and disk_gib together, or neither")
+        if self.disk_path is not None:
+            if self.backend != "lmcache":
+                raise ValueError(
+                    "a disk tier needs backend lmcache: vLLM's native offloading keeps "
+                    "blocks in host RAM only"
+                )
+            if not self.disk_path.startswith("/"):
+                raise ValueError(f"disk_path '{self.disk_path}' must be an absolute path")
+        return self
+
+
 class Timeouts(Strict):
     ready_s: int = Field(
         gt=0, description="How long launch waits for READY (load + compile + graph capture)."
@@ -545,6 +586,9 @@ class Variant(Strict):
     speculative: Speculative | None = Field(
         None, description="Speculative decoding for this variant (sets --speculative-config)."
     )
+    kv_tier: KvTier | None = Field(
+        None, description="A KV tier beyond the GPU for this variant (replaces the recipe's)."
+    )
     seed: bool = Field(
         False,
         description="This variant is the recipe's seed configuration, the default before a "
@@ -599,6 +643,12 @@ class Recipe(Strict):
         None,
         description="Speculative decoding (vLLM): rendered into --speculative-config after the "
         "args; a recipe sets it here or as args.speculative-config, not both.",
+    )
+    kv_tier: KvTier | None = Field(
+        None,
+        description="A KV tier beyond the GPU (host RAM, optionally disk) from the engine's own "
+        "offloading; off when absent. `--set kv_tier.cpu_gib=32` or .env KV_TIER_CPU_GIB=32 "
+        "turn it on.",
     )
 
     @model_validator(mode="after")

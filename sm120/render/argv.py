@@ -7,6 +7,7 @@ from typing import Any
 
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import engine_flags
+from sm120.render.kv_tier import kv_tier_argv
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SGLANG_MODULE = "sglang.launch_server"
@@ -70,4 +71,4 @@ def render_argv(
     ]
     for name, value in plan.args:
         argv += _flag_tokens(plan.engine, name, value)
-    return argv
+    return argv + kv_tier_argv(plan.kv_tier)

@@ -8,6 +8,7 @@ from typing import Any
 from sm120.plan.resolve import LaunchPlan
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
+from sm120.render.kv_tier import kv_tier_disk
 
 CONTAINER_MODEL_DIR = "/model"
 
@@ -79,6 +80,9 @@ def render_compose_service(
     }
     volumes = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"] if plan.model_dir else []
     volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}, cache_owner).items()]
+    disk = kv_tier_disk(plan.kv_tier)
+    if disk is not None:
+        volumes.append(f"{disk}:{disk}")
     if volumes:
         service["volumes"] = volumes
     if plan.hardware.gpus == 0:

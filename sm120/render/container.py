@@ -16,6 +16,7 @@ from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.restart_policy import parse_restart_policy
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
+from sm120.render.kv_tier import kv_tier_disk
 
 CONTAINER_MODEL_DIR = "/model"
 HEALTHCHECK_SCRIPT = "/opt/sm120/launch/healthcheck.py"
@@ -75,6 +76,9 @@ def _volumes(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, dict[str,
     volumes[str(where.hf_cache)] = {"bind": CONTAINER_HF_CACHE, "mode": "rw"}
     for name, inside in CONTAINER_CACHES.items():
         volumes[str(where.cache_dir / name)] = {"bind": inside, "mode": "rw"}
+    disk = kv_tier_disk(plan.kv_tier)
+    if disk is not None:
+        volumes[disk] = {"bind": disk, "mode": "rw"}
     return volumes
 
 
