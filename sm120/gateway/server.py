@@ -106,7 +106,11 @@ async def _serve(
         loop.add_signal_handler(signum, stop.set)
     # No pool limit: every streamed answer holds its upstream connection until it ends.
     connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+    # No cookie jar: nothing upstream sets cookies, and each request would pay for the lookup.
+    jar = aiohttp.DummyCookieJar()
+    async with aiohttp.ClientSession(
+        connector=connector, auto_decompress=False, cookie_jar=jar
+    ) as session:
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
         swapper = Swapper(policy, EngineActions(session), discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
