@@ -46,6 +46,7 @@ def connect(
         find_endpoint,
         settings_for,
         shell_lines,
+        warnings_for,
         write_client_config,
     )
     from sm120.gateway.files import gateway_files
@@ -54,6 +55,8 @@ def connect(
         raise SM120Error("--shell and --write do not go together", "choose one")
     endpoint = find_endpoint(gateway_files(), name, direct)
     settings = settings_for(client, endpoint, model)
+    for warning in warnings_for(settings):
+        typer.echo(f"warning: {warning}", err=True)
     if shell:
         typer.echo("\n".join(shell_lines(settings, show_key)))
         if client == "codex":

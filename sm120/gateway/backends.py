@@ -21,6 +21,7 @@ from sm120.monitor.files import load_launch_spec
 from sm120.recipe.endpoints import EngineProtocols, engine_protocols
 
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
+AUTO_TOOL_FLAG = "--enable-auto-tool-choice"
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Backend:
     sleep_mode: bool
     # What its engine build serves (sm120/data/endpoints.yaml); None: not known.
     protocols: EngineProtocols | None = None
+    # From its launch command, for the clients `sm120 connect` configures; None: not known.
+    max_model_len: int | None = None
+    # Started with --enable-auto-tool-choice: agents' `tool_choice: auto` requests work.
+    auto_tool_choice: bool | None = None
 
 
 def discover(skipped: dict[str, str] | None = None) -> dict[str, Backend]:
@@ -87,7 +92,19 @@ def _backend(folder: Path) -> Backend | None:
         startable=spec is not None,
         sleep_mode=_sleeps(spec),
         protocols=_protocols(spec),
+        max_model_len=_int_flag(spec, "--max-model-len"),
+        auto_tool_choice=None if spec is None else AUTO_TOOL_FLAG in spec.argv,
     )
+
+
+def _int_flag(spec: LaunchSpec | None, flag: str) -> int | None:
+    if spec is None or flag not in spec.argv:
+        return None
+    index = spec.argv.index(flag)
+    try:
+        return int(spec.argv[index + 1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _protocols(spec: LaunchSpec | None) -> EngineProtocols | None:

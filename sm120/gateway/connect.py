@@ -50,6 +50,8 @@ class Endpoint:
     key_file: Path
     models: tuple[str, ...]
     via: str
+    # The deployments behind the chosen model, for what a client should know of them.
+    backends: tuple[Backend, ...] = ()
 
     def key(self) -> str:
         key = read_api_key(str(self.key_file))
@@ -81,7 +83,7 @@ def find_endpoint(files: GatewayFiles, name: str | None, direct: bool) -> Endpoi
         if name is not None:
             models = (_model_of(name, backends),)
         root = client_url(status.address.host, status.address.port)
-        return Endpoint(root, files.api_key, models, "the gateway")
+        return Endpoint(root, files.api_key, models, "the gateway", tuple(backends.values()))
     running = {model: b for model, b in backends.items() if b.running}
     if name is not None:
         chosen = [b for b in running.values() if b.deployment == name]
@@ -101,7 +103,7 @@ def find_endpoint(files: GatewayFiles, name: str | None, direct: bool) -> Endpoi
     backend = chosen[0]
     return Endpoint(
         backend.base_url, key_path(backend.deployment), (backend.model,),
-        f"deployment {backend.deployment}",
+        f"deployment {backend.deployment}", (backend,),
     )  # fmt: skip
 
 
@@ -137,13 +139,42 @@ def settings_for(client: str, endpoint: Endpoint, model: str | None) -> ClientSe
             "API_TIMEOUT_MS": CLAUDE_TIMEOUT_MS,
             # No telemetry or update checks to hosts this box may not reach.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # No per-request billing line at the head of the system prompt: it would change
+            # every request's first bytes and so miss the engine's prefix cache (older vLLM
+            # does not strip it; 0.32 does). Read in Claude Code 2.1.332's own strings.
+            "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         }
+        served = _backend_for(chosen, endpoint)
+        if served is not None and served.max_model_len:
+            # A model name Claude Code does not know gets a 1M-token window by default; the
+            # engine's real window makes it compact the conversation in time.
+            env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(served.max_model_len)
         return ClientSettings(client, endpoint, chosen, env, ("ANTHROPIC_AUTH_TOKEN",))
     base = endpoint.root_url + "/v1"
     if client == "codex":
         return ClientSettings(client, endpoint, chosen, {}, (CODEX_KEY_ENV,))
     env = {"OPENAI_BASE_URL": base, "OPENAI_MODEL": chosen}
     return ClientSettings(client, endpoint, chosen, env, ("OPENAI_API_KEY",))
+
+
+def _backend_for(model: str, endpoint: Endpoint) -> Backend | None:
+    for backend in endpoint.backends:
+        if backend.model == model:
+            return backend
+    return None
+
+
+def warnings_for(settings: ClientSettings) -> list[str]:
+    """What will break for an agent on this deployment, said before the agent finds out."""
+    served = _backend_for(settings.model, settings.endpoint)
+    if served is None or served.auto_tool_choice is not False:
+        return []
+    return [
+        f"deployment {served.deployment} runs without --enable-auto-tool-choice: "
+        f"{settings.client}'s tool requests ('tool_choice: auto') get a 400 from vLLM; "
+        "relaunch with --set enable-auto-tool-choice=true --set tool-call-parser=PARSER "
+        "(the recipe's parser, e.g. glm47 for GLM, hermes for the tiny model)"
+    ]
 
 
 def _only_model(endpoint: Endpoint) -> str:
