@@ -9,6 +9,7 @@ from sm120 import __version__
 from sm120.cli import (
     bench,
     chat,
+    dashboard,
     doctor,
     engine,
     evaluate,
@@ -65,6 +66,7 @@ bench.register(app)
 gates.register(app)
 evaluate.register(app)
 gateway.register(app)
+dashboard.register(app)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sm120.gateway.backends import Backend
+from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.swap import Discover, SwapFailed, Swapper
 
 ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -80,6 +81,7 @@ def build_app(api_key: str, swapper: Swapper, session: aiohttp.ClientSession) ->
     app.router.add_get("/v1/models", _models)
     for path in ROUTED_PATHS:
         app.router.add_post(path, _forward)
+    add_dashboard_for(app, api_key, swapper)
     return app
 
 

@@ -1,0 +1,54 @@
+"""What the snapshot makes of the state directory: a stopped deployment from its launch spec,
+failure alerts split into id and fix, bench runs beside their references."""
+
+from __future__ import annotations
+
+from sm120.dashboard.snapshot import _alert, snapshot
+from sm120.deploy.monitoring import monitor_files
+from sm120.engine.runtime.base import LaunchSpec
+from sm120.measure import history
+from sm120.monitor.files import save_launch_spec
+
+
+def _stopped(name: str, env: dict[str, str]) -> None:
+    spec = LaunchSpec(
+        name=name, recipe="tiny", argv=("vllm", "serve"), env=env, host="127.0.0.1",
+        port=8123, plan_hash="abc", served_model_name="tiny-m", model_dir=None,
+        api_key_file=None,
+    )  # fmt: skip
+    save_launch_spec(monitor_files(name).launch_spec, spec)
+
+
+def test_a_stopped_deployment_is_listed_from_its_launch_spec() -> None:
+    _stopped("tiny", {"CUDA_VISIBLE_DEVICES": "2,3"})
+    (row,) = snapshot(set(), None)["deployments"]
+    assert row["name"] == "tiny" and row["recipe"] == "tiny"
+    assert (row["running"], row["phase"], row["asleep"]) == (False, "stopped", False)
+    assert row["endpoint"] == "http://127.0.0.1:8123/v1"
+    assert row["served_model_name"] == "tiny-m"
+    assert row["gpu_indices"] == [2, 3]
+
+
+def test_a_catalogue_failure_alert_names_its_id_and_fix() -> None:
+    alert = {"at": "t", "kind": "failure", "message": "F08 NCCL hangs. Fix: set NCCL_P2P_DISABLE=1"}
+    assert _alert(alert) | {} == {**alert, "failure_id": "F08", "fix": "set NCCL_P2P_DISABLE=1"}
+    other = {"at": "t", "kind": "wedge", "message": "F08 looks like an id. Fix: but is not"}
+    assert (_alert(other)["failure_id"], _alert(other)["fix"]) == (None, None)
+
+
+def test_bench_runs_come_with_the_published_figure_and_roofline() -> None:
+    _stopped("tiny", {})
+    history.append({"deployment": "other", "decode": {"tps": 1.0}})
+    for tps in (40.0, 42.5):
+        history.append({
+            "deployment": "tiny", "time": f"run-{tps}", "mode": "quick",
+            "decode": {"tps": tps, "ttft_s": 0.2},
+            "against": {"published_decode_tok_s": 50.0, "published_source": "seed",
+                        "roofline_decode_tok_s": 80.0},
+        })  # fmt: skip
+    (row,) = snapshot(set(), None)["deployments"]
+    assert [run["decode_tok_s"] for run in row["bench"]] == [40.0, 42.5]
+    assert row["bench"][-1] == {
+        "time": "run-42.5", "mode": "quick", "decode_tok_s": 42.5, "ttft_s": 0.2,
+        "published_decode_tok_s": 50.0, "published_source": "seed", "roofline_decode_tok_s": 80.0,
+    }  # fmt: skip
