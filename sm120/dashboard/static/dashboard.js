@@ -202,7 +202,9 @@ function drawBench(rows) {
       { label: "published", stroke: palette(2), dash: [6, 4] },
       { label: "roofline", stroke: palette(3), dash: [2, 4] }];
     const data = [x, runs.map((r) => r.decode_tok_s), runs.map((r) => r.published_decode_tok_s), runs.map((r) => r.roofline_decode_tok_s)];
-    const chart = new uPlot({ width: chartWidth(holder), height: 200, series }, data, box);
+    const scales = { x: { time: false }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } };
+    const axes = [{ label: "run", incrs: [1, 2, 5, 10] }, { label: "tok/s" }];
+    const chart = new uPlot({ width: chartWidth(holder), height: 220, series, scales, axes }, data, box);
     const old = holder.querySelector(`[data-bench="${CSS.escape(row.name)}"]`);
     if (old) old.replaceWith(box); else holder.append(box);
     benchCharts.set(row.name, { chart, signature });
