@@ -99,6 +99,8 @@ def _sign_in(driver: Any, stack: dict[str, Any]) -> None:
     from selenium.webdriver.common.by import By
 
     driver.get(stack["page"])
+    driver.delete_all_cookies()
+    driver.get(stack["page"])
     driver.find_element(By.ID, "key").send_keys(stack["key"])
     driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
     wait_for(
@@ -173,19 +175,22 @@ def test_prometheus_scrapes_every_metric_the_grafana_dashboard_queries(
     job["static_configs"][0]["targets"] = [f"127.0.0.1:{stack['port']}"]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
+    log = (tmp_path / "prometheus.log").open("w")
     server = subprocess.Popen(
         [
             prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL, stderr=log, text=True,
     )  # fmt: skip
     try:
         names = wait_for("Prometheus's first scrape of vLLM", lambda: _scraped(port), 60)
     finally:
         server.terminate()
         server.wait(timeout=20)
+        log.close()
     wanted = dashboard_metric_names() | _templating_metric_names()
+    assert len(wanted) >= 10, wanted  # the dashboard's queries were read at all
     missing = {name for name in wanted - set(SPEC_DECODE) if name not in names}
     assert missing == set(), f"the Grafana dashboard queries metrics nobody exports: {missing}"
     # The tiny engine drafts nothing, so vLLM registers no speculative-decoding counters; the
