@@ -14,8 +14,8 @@ class Controls(Protocol):
     async def act(self, action: Action, deployment: str) -> None:
         """Do it and return once done; an SM120Error says why it could not be done."""
 
-    async def asleep(self) -> set[str]:
-        """The deployments that run but sleep now."""
+    async def sleepers(self) -> dict[str, bool]:
+        """Each deployment that can sleep (started in sleep mode), and whether it sleeps now."""
 
     def gateway(self) -> dict[str, object] | None:
         """The gateway's line of `sm120 status --json`, or None when none serves the page."""

@@ -50,9 +50,9 @@ class Board:
     async def snapshot(self) -> dict[str, Any]:
         async with self._lock:
             if time.monotonic() - self._taken_at > self._ttl_s:
-                asleep = await self.controls.asleep()
+                sleepers = await self.controls.sleepers()
                 gateway = self.controls.gateway()
-                self._last = await asyncio.to_thread(snapshot, asleep, gateway)
+                self._last = await asyncio.to_thread(snapshot, sleepers, gateway)
                 self._taken_at = time.monotonic()
         for row in self._last["deployments"]:
             row["action"] = self.busy.get(row["name"])

@@ -32,8 +32,9 @@ ALERTS_SHOWN = 10
 _FAILURE = re.compile(r"^(?P<id>[A-Z]+\d+)\s+(?P<title>.*?)\.\s+Fix:\s+(?P<fix>.*)$")
 
 
-def snapshot(asleep: set[str], gateway: dict[str, object] | None) -> dict[str, Any]:
-    rows = [_deployment(folder, asleep) for folder in _deployment_folders()]
+def snapshot(sleepers: dict[str, bool], gateway: dict[str, object] | None) -> dict[str, Any]:
+    """`sleepers`: each deployment that can sleep, and whether it sleeps now."""
+    rows = [_deployment(folder, sleepers) for folder in _deployment_folders()]
     deployments = [row for row in rows if row is not None]
     bench = _bench_by_deployment()
     for row in deployments:
@@ -53,7 +54,7 @@ def _deployment_folders() -> list[Path]:
     return [p for p in sorted(root.iterdir()) if p.is_dir() and is_deployment_name(p.name)]
 
 
-def _deployment(folder: Path, asleep: set[str]) -> dict[str, Any] | None:
+def _deployment(folder: Path, sleepers: dict[str, bool]) -> dict[str, Any] | None:
     name = folder.name
     try:
         state = load_state(name)
@@ -78,7 +79,8 @@ def _deployment(folder: Path, asleep: set[str]) -> dict[str, Any] | None:
     live = live if isinstance(live, dict) and state is not None else {}
     row["live"] = {k: v for k, v in live.items() if k not in ("alerts", "gpus", "watchdog")}
     row["phase"] = _phase(row, live)
-    row["asleep"] = name in asleep
+    row["can_sleep"] = name in sleepers
+    row["asleep"] = sleepers.get(name, False)
     row["alerts"] = [_alert(a) for a in (live.get("alerts") or [])[-ALERTS_SHOWN:]]
     row["gpu_indices"] = _gpu_indices(spec.env if spec else {}, row)
     return row

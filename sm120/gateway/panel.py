@@ -50,9 +50,14 @@ class SwapperControls:
             await actions.start(backend, RELAUNCH_TIMEOUT_S)
         self.swapper.swap_events += 1
 
-    async def asleep(self) -> set[str]:
-        await self.swapper.observe(await self.swapper.discover())
-        return set(self.swapper.asleep)
+    async def sleepers(self) -> dict[str, bool]:
+        backends = await self.swapper.discover()
+        await self.swapper.observe(backends)
+        return {
+            b.deployment: b.deployment in self.swapper.asleep
+            for b in backends.values()
+            if b.sleep_mode
+        }
 
     def gateway(self) -> dict[str, object] | None:
         current = gateway_status(gateway_files())

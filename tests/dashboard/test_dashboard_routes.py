@@ -13,6 +13,7 @@ import aiohttp
 
 from sm120.dashboard.access import COOKIE
 from sm120.dashboard.routes import CSP
+from sm120.gateway.panel import SwapperControls
 from sm120.gateway.swap import SwapPolicy
 from tests.fakes.gateway import GATEWAY_KEY, FakeActions, backend, running_gateway
 
@@ -118,22 +119,25 @@ def test_login_sets_a_session_cookie_that_is_not_the_key() -> None:
 
 
 def test_sleep_and_wake_go_through_the_gateways_actions() -> None:
-    table = _table()
+    table = {**_table(), "n": backend("n", ENGINE)}
     actions = FakeActions(table)
 
-    async def scenario() -> tuple[list[int], set[str]]:
+    async def scenario() -> tuple[list[int], set[str], dict[str, bool]]:
         async with running_gateway(table, SwapPolicy(), actions) as (client, swapper):
             statuses = []
             for action in ("sleep", "wake", "sleep"):
                 body = {"action": action, "deployment": "dep-m"}
                 async with client.post("/dashboard/api/actions", json=body) as answer:
                     statuses.append(answer.status)
-            return statuses, set(swapper.asleep)
+            # Only the sleep-mode deployment is offered sleep and wake.
+            sleepers = await SwapperControls(swapper).sleepers()
+            return statuses, set(swapper.asleep), sleepers
 
-    statuses, asleep = asyncio.run(scenario())
+    statuses, asleep, sleepers = asyncio.run(scenario())
     assert statuses == [200, 200, 200]
     assert actions.done == ["sleep dep-m", "wake dep-m", "sleep dep-m"]
     assert asleep == {"dep-m"}
+    assert sleepers == {"dep-m": True}
 
 
 def test_relaunch_stops_then_starts() -> None:

@@ -21,7 +21,7 @@ def _stopped(name: str, env: dict[str, str]) -> None:
 
 def test_a_stopped_deployment_is_listed_from_its_launch_spec() -> None:
     _stopped("tiny", {"CUDA_VISIBLE_DEVICES": "2,3"})
-    (row,) = snapshot(set(), None)["deployments"]
+    (row,) = snapshot({}, None)["deployments"]
     assert row["name"] == "tiny" and row["recipe"] == "tiny"
     assert (row["running"], row["phase"], row["asleep"]) == (False, "stopped", False)
     assert row["endpoint"] == "http://127.0.0.1:8123/v1"
@@ -46,7 +46,7 @@ def test_bench_runs_come_with_the_published_figure_and_roofline() -> None:
             "against": {"published_decode_tok_s": 50.0, "published_source": "seed",
                         "roofline_decode_tok_s": 80.0},
         })  # fmt: skip
-    (row,) = snapshot(set(), None)["deployments"]
+    (row,) = snapshot({}, None)["deployments"]
     assert [run["decode_tok_s"] for run in row["bench"]] == [40.0, 42.5]
     assert row["bench"][-1] == {
         "time": "run-42.5", "mode": "quick", "decode_tok_s": 42.5, "ttft_s": 0.2,

@@ -95,6 +95,13 @@ def _field(driver: Any, deployment: str, name: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, selector).text)
 
 
+def _buttons(driver: Any, deployment: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, f'article[data-deployment="{deployment}"] button')
+    return [str(button.get_attribute("data-action")) for button in found]
+
+
 def _sign_in(driver: Any, stack: dict[str, Any]) -> None:
     from selenium.webdriver.common.by import By
 
@@ -151,6 +158,8 @@ def test_the_page_shows_what_status_json_says(stack: dict[str, Any], browser: An
     assert _field(browser, name, "queue") == (
         f"{row['requests_running']} running, {row['requests_waiting']} waiting"
     )
+    # Not started in sleep mode: stop and relaunch, no sleep button.
+    assert _buttons(browser, name) == ["stop", "relaunch"]
     browser.save_screenshot(str(ARTEFACTS / "laptop.png"))
     browser.set_window_size(*PHONE)
     try:
@@ -215,8 +224,7 @@ def test_stop_from_the_page_stops_the_deployment(stack: dict[str, Any], browser:
     assert _status_rows(stack["home"]) == []
     assert engine_processes(stack["port"]) == []
     # Stopped but relaunchable: the page offers exactly that.
-    buttons = browser.find_elements(By.CSS_SELECTOR, 'article[data-deployment="tiny"] button')
-    assert [b.get_attribute("data-action") for b in buttons] == ["relaunch"]
+    assert _buttons(browser, "tiny") == ["relaunch"]
 
 
 def _scraped(port: int) -> set[str] | None:

@@ -58,7 +58,9 @@ function state(row) {
 
 function actionsFor(row) {
   if (row.action) return [el("span", { class: "busy", "data-field": "action" }, `${row.action}…`)];
-  const names = row.running ? (row.asleep ? ["wake", "stop", "relaunch"] : ["sleep", "stop", "relaunch"]) : ["relaunch"];
+  let names = ["relaunch"];
+  if (row.running) names = ["stop", "relaunch"];
+  if (row.running && row.can_sleep) names.unshift(row.asleep ? "wake" : "sleep");
   return names.map((action) => {
     const button = el("button", { type: "button", "data-action": action, class: action === "stop" ? "danger" : "" }, action);
     button.addEventListener("click", () => ask(action, row.name));
