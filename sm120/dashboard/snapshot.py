@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sm120.deploy.monitoring import monitor_files
 from sm120.deploy.status import describe
 from sm120.engine.secrets import key_path, read_api_key
 from sm120.engine.state import (
+    DeploymentState,
     StateError,
     deployment_dir,
     deployments_root,
@@ -32,9 +34,17 @@ ALERTS_SHOWN = 10
 _FAILURE = re.compile(r"^(?P<id>[A-Z]+\d+)\s+(?P<title>.*?)\.\s+Fix:\s+(?P<fix>.*)$")
 
 
-def snapshot(sleepers: dict[str, bool], gateway: dict[str, object] | None) -> dict[str, Any]:
-    """`sleepers`: each deployment that can sleep, and whether it sleeps now."""
-    rows = [_deployment(folder, sleepers) for folder in _deployment_folders()]
+Describe = Callable[[DeploymentState], dict[str, Any]]
+
+
+def snapshot(
+    sleepers: dict[str, bool],
+    gateway: dict[str, object] | None,
+    status_row: Describe = describe,
+) -> dict[str, Any]:
+    """`sleepers`: each deployment that can sleep, and whether it sleeps now; `status_row`:
+    a running deployment's `sm120 status --json` row (routes.py hands in a cached one)."""
+    rows = [_deployment(folder, sleepers, status_row) for folder in _deployment_folders()]
     deployments = [row for row in rows if row is not None]
     bench = _bench_by_deployment()
     for row in deployments:
@@ -54,7 +64,9 @@ def _deployment_folders() -> list[Path]:
     return [p for p in sorted(root.iterdir()) if p.is_dir() and is_deployment_name(p.name)]
 
 
-def _deployment(folder: Path, sleepers: dict[str, bool]) -> dict[str, Any] | None:
+def _deployment(
+    folder: Path, sleepers: dict[str, bool], status_row: Describe
+) -> dict[str, Any] | None:
     name = folder.name
     try:
         state = load_state(name)
@@ -74,7 +86,7 @@ def _deployment(folder: Path, sleepers: dict[str, bool]) -> dict[str, Any] | Non
             "monitor": {},
         }
     else:
-        row = describe(state)
+        row = dict(status_row(state))
     live = read_json(MonitorFiles(deployment_dir(name)).live)
     live = live if isinstance(live, dict) and state is not None else {}
     row["live"] = {k: v for k, v in live.items() if k not in ("alerts", "gpus", "watchdog")}

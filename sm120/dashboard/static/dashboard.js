@@ -43,9 +43,10 @@ function figures(row) {
     decode: first(l.decode_tps, m.decode_tps),
     prefill: first(l.prefill_tps, m.prefill_tps),
     ttft: ttft === null ? null : ttft * 1000,
-    running: first(row.requests_running, l.running),
-    waiting: first(row.requests_waiting, l.waiting),
-    kv: first(row.kv_cache_usage_pct, l.kv_usage_pct),
+    // The live view is fresh on every poll; the status row may be a few seconds old.
+    running: first(l.running, row.requests_running),
+    waiting: first(l.waiting, row.requests_waiting),
+    kv: first(l.kv_usage_pct, row.kv_cache_usage_pct),
     prefix: prefix === null ? null : prefix * 100,
     acceptance: l.acceptance_rate === null || l.acceptance_rate === undefined ? null : l.acceptance_rate * 100,
   };
