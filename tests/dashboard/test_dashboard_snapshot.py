@@ -3,6 +3,9 @@ failure alerts split into id and fix, bench runs beside their references."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from sm120.dashboard.snapshot import _alert, snapshot
 from sm120.deploy.monitoring import monitor_files
 from sm120.engine.runtime.base import LaunchSpec
@@ -52,3 +55,29 @@ def test_bench_runs_come_with_the_published_figure_and_roofline() -> None:
         "time": "run-42.5", "mode": "quick", "decode_tok_s": 42.5, "ttft_s": 0.2,
         "published_decode_tok_s": 50.0, "published_source": "seed", "roofline_decode_tok_s": 80.0,
     }  # fmt: skip
+
+
+def test_a_status_row_is_read_again_only_when_old_changed_or_forgotten(monkeypatch: Any) -> None:
+    from sm120.dashboard import routes
+    from sm120.engine.state import DeploymentState
+
+    reads: list[str] = []
+    monkeypatch.setattr(routes, "describe", lambda state: reads.append(state.name) or {})
+    clock = [100.0]
+    monkeypatch.setattr(routes.time, "monotonic", lambda: clock[0])
+    state = DeploymentState(
+        name="tiny", recipe="tiny", runtime="native", supervisor_pid=1, engine_pid=2,
+        host="127.0.0.1", port=8000, plan_hash="h", started_at=1.0, log_path="l",
+        exit_file="e", served_model_name="tiny", model_dir=None, api_key_file=None,
+    )  # fmt: skip
+    board = routes.Board(controls=None)  # type: ignore[arg-type]
+    board._row(state)
+    clock[0] += routes.STATUS_ROW_TTL_S - 1
+    board._row(state)
+    assert reads == ["tiny"]
+    board._row(replace(state, started_at=2.0))  # launched again: a new state
+    clock[0] += routes.STATUS_ROW_TTL_S + 1
+    board._row(replace(state, started_at=2.0))
+    board.forget()
+    board._row(replace(state, started_at=2.0))
+    assert reads == ["tiny"] * 4
