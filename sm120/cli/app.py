@@ -9,6 +9,7 @@ from sm120 import __version__
 from sm120.cli import (
     bench,
     chat,
+    connect,
     dashboard,
     doctor,
     engine,
@@ -66,6 +67,7 @@ bench.register(app)
 gates.register(app)
 evaluate.register(app)
 gateway.register(app)
+connect.register(app)
 dashboard.register(app)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -40,17 +41,33 @@ def start(
     foreground: bool = typer.Option(
         False, "--foreground", help="Serve in this process until Ctrl-C/SIGTERM."
     ),
+    alias: list[str] = typer.Option(
+        [],
+        "--alias",
+        help="NAME=DEPLOYMENT: requests for model NAME (wildcards allowed: 'claude-*') reach "
+        "that deployment. Repeatable; over --aliases.",
+    ),
+    aliases_file: Path | None = typer.Option(
+        None,
+        "--aliases",
+        help="YAML file 'aliases: {NAME: DEPLOYMENT}' (default: aliases.yaml in the "
+        "gateway's state folder, when it exists).",
+    ),
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
     from sm120.core.ports import ensure_port_free
+    from sm120.gateway.aliases import load_alias_file, merged, parse_alias
     from sm120.gateway.config import GatewayConfig
     from sm120.gateway.control import check_config, start_gateway
     from sm120.gateway.files import ensure_gateway_key, gateway_files
     from sm120.gateway.server import serve
 
-    config = GatewayConfig(host, port, max_awake, swap_wait)
     files = gateway_files()
+    from_file = aliases_file or files.aliases
+    file_aliases = load_alias_file(from_file) if aliases_file or from_file.exists() else []
+    chosen = merged(file_aliases, [parse_alias(text) for text in alias])
+    config = GatewayConfig(host, port, max_awake, swap_wait, aliases=chosen)
     if not foreground:
         started = start_gateway(config, files)
         if started.warning:

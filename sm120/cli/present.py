@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sm120.core.net import http_url
-from sm120.deploy.checked import CheckedPlan, performance_document
+from sm120.deploy.checked import CheckedPlan, performance_document, protocols_document
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
@@ -70,6 +71,7 @@ def recipe_rows() -> list[dict[str, Any]]:
                 "baseline": _baseline_text(name),
                 "published_decode_tok_s": published["decode_tok_s"] if published else None,
                 "roofline_decode_tok_s": performance["roofline_decode_tok_s"],
+                "roofline_spec_decode_tok_s": performance["roofline_spec_decode_tok_s"],
                 "variants": list(recipe.variants),
             }
         )
@@ -106,15 +108,36 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
     index = 5
     while index < len(argv):
         token = argv[index]
-        value = (
-            argv[index + 1]
-            if index + 1 < len(argv) and not argv[index + 1].startswith("--")
-            else None
-        )
-        text = f"  {token} {shlex.quote(value)}" if value is not None else f"  {token}"
-        lines.append((text, plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
-        index += 2 if value is not None else 1
+        # a flag's values run to the next flag (one, or several for an int_list flag)
+        end = index + 1
+        while end < len(argv) and not argv[end].startswith("--"):
+            end += 1
+        text = shlex.join(argv[index:end])
+        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        index = end
     return lines
+
+
+def protocol_lines(engine: str, version: str) -> list[str]:
+    """Which client protocols the engine build serves natively, and which it lacks."""
+    document = protocols_document(engine, version)
+    if not document["serves"] and not document["lacks"]:
+        return ["protocols not known for this engine build (the gateway passes every one on)"]
+    lines = [f"protocols {' '.join(document['serves'])}"]
+    if document["lacks"]:
+        lines.append(
+            f"          not served: {' '.join(document['lacks'])} (the gateway answers 501 "
+            "naming the engine; use another protocol or another variant)"
+        )
+    return lines
+
+
+def _other_checkpoint(plan: LaunchPlan) -> str | None:
+    """The default's checkpoint when a variant serves another one (a bundled recipe only)."""
+    if plan.recipe not in recipe_names():
+        return None
+    default = load_recipe(plan.recipe).model.repo
+    return default if default and plan.model.repo != default else None
 
 
 def show_plan(checked: CheckedPlan) -> None:
@@ -130,8 +153,12 @@ def show_plan(checked: CheckedPlan) -> None:
         f"model     {plan.model.repo or 'generated'} @ {revision}"
         f"  dir: {plan.model_dir or '(hub cache)'}"
     )
+    if other := _other_checkpoint(plan):
+        console.print(f"          [bold]another checkpoint[/bold] than the default's ({other})")
     endpoint = http_url(plan.host, plan.port, "/v1")
     console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
+    for line in protocol_lines(plan.engine, plan.image.engine_version):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )
@@ -181,10 +208,24 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
             f" (TP {detail['tensor_parallel']} x {detail['bandwidth_gbs_per_gpu']:g} GB/s,"
             f" {detail['weight_gb_per_token']:g} GB of weights a token)"
         )
+    spec = document["roofline_spec"]
+    if spec is not None:
+        lines.append(
+            f"spec       {spec['decode_tok_s']:g} tok/s decode with {spec['method']} "
+            f"{spec['draft_tokens']}: {spec['tokens_per_pass']:g} tokens a pass "
+            f"({spec['draft_cost']})"
+        )
+        lines.append(f"           acceptance: {spec['acceptance_from']}")
     if published is not None and roofline:
         lines.append(
             f"ratio      published / roofline = {published['decode_tok_s'] / roofline:.2f}"
             " (speculative decoding can pass 1)"
+        )
+    if document["published_suspect"]:
+        bound = "speculative roofline" if spec is not None else "roofline"
+        lines.append(
+            f"suspect    the published figure is above the {bound}: check its source's "
+            "conditions before taking it as a target"
         )
     return lines
 
@@ -246,7 +287,8 @@ def _show_rules(console: Console, checked: CheckedPlan) -> None:
         style = _STATUS_STYLE[result.status]
         for message in result.messages or ("skipped by --force",):
             console.print(
-                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {message}",
+                # a message quotes engine code ("cpu[dp_rank]"): not rich markup
+                f"  [{style}]{result.status.upper():6}[/{style}] {result.id} {escape(message)}",
                 soft_wrap=True,
             )
     passed = sum(1 for r in checked.results if r.status == "pass")

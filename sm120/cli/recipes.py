@@ -56,17 +56,22 @@ def updates(
     names: list[str] = typer.Argument(None, help="Recipes to check (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
 ) -> None:
-    """Newer engine images or wheels than each recipe pins (needs the network).
+    """Newer engine images or wheels than each recipe pins (needs the network), then newer
+    models of each recipe's family and faster published figures than its own (known list).
 
     Exits 0 when at least one engine build was checked, even if some registry did not
     answer (its line says so); exits 2 with one line when none could be checked (offline)."""
     from sm120.cli.present import update_lines
     from sm120.images.updates import find_updates
     from sm120.recipe.loader import load_recipe, recipe_names
+    from sm120.recipe.newer import compare, newer_lines
 
-    found = find_updates(load_recipe(name) for name in (names or recipe_names()))
+    chosen = [load_recipe(name) for name in (names or recipe_names())]
+    known = compare(chosen, [load_recipe(name) for name in recipe_names()])
+    found = find_updates(chosen)
     if as_json:
-        typer.echo(json.dumps([u.as_dict() for u in found], indent=2))
+        rows = [u.as_dict() for u in found] + [k.as_dict() for k in known]
+        typer.echo(json.dumps(rows, indent=2))
     else:
-        for line in update_lines(found):
+        for line in update_lines(found) + newer_lines(known):
             typer.echo(line)

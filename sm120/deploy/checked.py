@@ -10,10 +10,11 @@ from sm120.core.errors import PlanError, RuleViolation
 from sm120.core.net import http_url
 from sm120.core.suggest import did_you_mean
 from sm120.doctor.detect import detect
-from sm120.plan.fit.roofline import roofline_or_reason
+from sm120.plan.fit.roofline import roofline_or_reason, speculative_roofline
 from sm120.plan.hardware import Hardware, assumed
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.plan.rules import RuleResult, evaluate, failures, rule_ids
+from sm120.recipe.endpoints import engine_protocols, protocol_paths
 from sm120.recipe.schema import Published
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -59,6 +60,17 @@ def checked_plan(request: PlanRequest, hardware: Hardware | None = None) -> Chec
     return CheckedPlan(plan, hw, evaluate(plan, hw))
 
 
+def protocols_document(engine: str, version: str) -> dict[str, Any]:
+    """What a coding agent can speak to this engine build (sm120/data/endpoints.yaml)."""
+    known = engine_protocols(engine, version)
+    paths = protocol_paths()
+    return {
+        "serves": [paths[name] for name in paths if name in known.serves],
+        "lacks": [paths[name] for name in paths if name in known.lacks],
+        "source": known.source,
+    }
+
+
 def plan_document(checked: CheckedPlan) -> dict[str, Any]:
     """The `--json` form of a plan: stable keys scripts can rely on."""
     plan = checked.plan
@@ -79,6 +91,7 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
             "dir": plan.model_dir,
         },
         "endpoint": http_url(plan.host, plan.port, "/v1"),
+        "protocols": protocols_document(plan.engine, plan.image.engine_version),
         "argv": render_argv(plan),
         "env": render_env(plan),
         "plan_hash": plan.plan_hash,
@@ -112,10 +125,18 @@ def performance_document(plan: LaunchPlan) -> dict[str, Any]:
     """Published figures and the decode roofline side by side (`published` is null when no
     figure with an openable source exists for this configuration)."""
     roofline, reason = roofline_or_reason(plan)
+    spec = speculative_roofline(plan, roofline) if roofline else None
+    bound = spec.tok_s if spec else (roofline.tok_s if roofline else None)
+    published = published_document(plan.published)
     return {
-        "published": published_document(plan.published),
+        "published": published,
         "roofline_decode_tok_s": round(roofline.tok_s, 1) if roofline else None,
         "roofline": roofline.as_dict() if roofline else {"unknown": reason},
+        "roofline_spec_decode_tok_s": round(spec.tok_s, 1) if spec else None,
+        "roofline_spec": spec.as_dict() if spec else None,
+        # A figure above the roofline it can reach (speculative when the plan speculates)
+        # is faster than the hardware allows at that acceptance: suspect, not a target.
+        "published_suspect": bool(published and bound and published["decode_tok_s"] > bound),
         "speculative": plan.speculative.model_dump() if plan.speculative else None,
     }
 

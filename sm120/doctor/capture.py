@@ -2,8 +2,8 @@
 report often holds several, mixed with prose and shell prompts) and merge what they say.
 
 Recognised: the default table, `--query-gpu` / `--query-compute-apps` CSV (with or without
-header and units), `topo -m` matrices with their legends, `topo -p2p` matrices, and
-`nvidia-smi -L` lines.
+header and units), `topo -m` matrices with their legends, `topo -p2p` matrices,
+`nvidia-smi -q` GPU blocks (name, bus id, PCIe link) and `nvidia-smi -L` lines.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sm120.doctor.nvsmi_parse import (
     parse_query_csv,
     parse_table,
 )
+from sm120.doctor.pcie import QUERY_GPU_HEADER, parse_query_block
 from sm120.doctor.snapshot import GpuInfo, GpuProcess, Snapshot
 from sm120.doctor.topology import header_devices, parse_p2p, parse_topology
 
@@ -85,6 +86,7 @@ class _Collector:
     def __init__(self) -> None:
         self.snapshot = Snapshot(source="captured")
         self.by_index: dict[int, GpuInfo] = {}
+        self.query_gpus = 0  # `nvidia-smi -q` lists GPUs in index order
 
     def kind(self, name: str) -> None:
         if name not in self.snapshot.kinds:
@@ -208,6 +210,12 @@ def _scan(lines: list[str], out: _Collector) -> None:
             i = _matrix(lines, i, out)
         elif "," in line and (is_csv_header(line) or headerless_shape(_split(line))):
             i = _csv(lines, i, out)
+        elif QUERY_GPU_HEADER.match(line.strip()):
+            gpu, i = parse_query_block(lines, i)
+            gpu.index = out.query_gpus
+            out.query_gpus += 1
+            out.kind("query")
+            out.gpu(gpu)
         elif match := _LIST_LINE.match(line.strip()):
             out.kind("list")
             out.gpu(GpuInfo(index=int(match.group(1)), name=match.group(2), uuid=match.group(3)))

@@ -16,7 +16,8 @@ from sm120.doctor.topology import pair_key
 
 QUERY_FIELDS = (
     "index,name,compute_cap,memory.total,memory.used,memory.free,driver_version,"
-    "pci.bus_id,uuid,power.limit,mig.mode.current"
+    "pci.bus_id,uuid,power.limit,mig.mode.current,"
+    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
 )
 APPS_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 # nvmlDeviceGetTopologyCommonAncestor levels, in `topo -m` words.
@@ -152,6 +153,14 @@ def _nvml_gpu(nvml: ModuleType, index: int, handle: Any) -> GpuInfo:
     with contextlib.suppress(Exception):
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
         gpu.mig = bool(current)
+    for field_name, getter in (
+        ("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration"),
+        ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+        ("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth"),
+        ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+    ):
+        with contextlib.suppress(Exception):
+            setattr(gpu, field_name, int(getattr(nvml, getter)(handle)))
     return gpu
 
 

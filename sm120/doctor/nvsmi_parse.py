@@ -274,6 +274,12 @@ GPU_FIELDS = {
     "power.limit": "power_limit_w",
     "enforced.power.limit": "power_limit_w",
     "mig.mode.current": "mig",
+    "pcie.link.gen.current": "pcie_gen_current",
+    "pcie.link.gen.gpucurrent": "pcie_gen_current",
+    "pcie.link.gen.max": "pcie_gen_max",
+    "pcie.link.gen.gpumax": "pcie_gen_max",
+    "pcie.link.width.current": "pcie_width_current",
+    "pcie.link.width.max": "pcie_width_max",
 }
 APP_FIELDS = {
     "pid": "pid",
@@ -358,8 +364,8 @@ def _gpu_row(values: dict[str, str], position: int) -> tuple[GpuInfo, str | None
                 gpu.memory_reported = False
         elif target == "power_limit_w":
             gpu.power_limit_w = _float(raw)
-        elif target == "index":
-            gpu.index = _int(raw)
+        elif target == "index" or target.startswith("pcie_"):
+            setattr(gpu, target, _int(raw))
         elif target == "mig":
             mode = known(raw)
             gpu.mig = None if mode is None else mode == "Enabled"

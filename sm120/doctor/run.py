@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sm120.core.errors import SM120Error
 from sm120.core.ports import ensure_port_free
-from sm120.doctor import checks, host_checks
+from sm120.doctor import checks, host_checks, pcie
 from sm120.doctor.capture import read_captured
 from sm120.doctor.engine_probe import EngineInfo, probe_engine
 from sm120.doctor.findings import Finding, blocking
@@ -180,6 +180,8 @@ def run_doctor(
         findings += checks.check_gpu_memory(snapshot, needs)
         findings += checks.check_gpu_processes(snapshot)
         findings += checks.check_interconnect(snapshot, needs, machine.environ)
+        findings += pcie.check_pcie_links(snapshot)
+        findings += pcie.check_pcie_switch(snapshot, needs)
     findings += host_checks.check_engine(engine, needs)
     findings += host_checks.check_torch(engine, snapshot, needs)
     docker = None
@@ -272,6 +274,8 @@ def diagnose_captured(path: Path, needs: Needs | None = None) -> CapturedResult:
     findings += checks.check_gpu_memory(snapshot, needs)
     findings += checks.check_gpu_processes(snapshot)
     findings += _captured_interconnect(snapshot, needs)
+    findings += pcie.check_pcie_links(snapshot)
+    findings += pcie.check_pcie_switch(snapshot, needs)
     findings += [Finding("captured-note", "info", note) for note in snapshot.notes]
     return CapturedResult(snapshot, files, findings)
 

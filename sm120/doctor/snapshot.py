@@ -24,6 +24,12 @@ class GpuInfo:
     uuid: str | None = None
     power_limit_w: float | None = None
     mig: bool | None = None
+    # The PCIe link as the driver sees it now and at most (nvidia-smi pcie.link.*, -q "GPU
+    # Link Info"): an idle GPU lowers its generation to save power, its width stays.
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
 
     def merge(self, other: GpuInfo) -> None:
         """Fill what this one lacks from another view of the same GPU (full names win)."""

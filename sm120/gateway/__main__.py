@@ -1,5 +1,6 @@
-"""`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]`: the gateway
-process that `sm120 gateway start` runs detached (or in the foreground).
+"""`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]
+[--alias NAME=DEPLOYMENT ...] [--normalize-prompts]`: the gateway process that
+`sm120 gateway start` runs detached (or in the foreground).
 
 `--backends FILE --key-file KEY` is the static mode a compose project runs (sm120.gateway.static):
 backends from the file, the gateway's key from KEY."""
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
+from sm120.gateway.aliases import parse_alias
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import gateway_files
 from sm120.gateway.server import serve
@@ -24,11 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--swap-wait", type=float, default=GatewayConfig.swap_wait_s)
     parser.add_argument("--backends", type=Path, default=GatewayConfig.backends_file)
     parser.add_argument("--key-file", type=Path, default=GatewayConfig.key_file)
+    parser.add_argument("--alias", action="append", default=[])
+    parser.add_argument("--normalize-prompts", action="store_true")
     args = parser.parse_args(argv)
-    config = GatewayConfig(
-        args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file
-    )
     try:
+        config = GatewayConfig(
+            args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file,
+            tuple(parse_alias(text) for text in args.alias), args.normalize_prompts,
+        )  # fmt: skip
         serve(config, gateway_files())
     except SM120Error as exc:
         sys.stderr.write(f"Error: {exc.one_line()}\n")

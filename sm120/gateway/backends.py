@@ -18,6 +18,7 @@ from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.secrets import key_path, read_api_key
 from sm120.engine.state import StateError, deployments_root, is_deployment_name, load_state
 from sm120.monitor.files import load_launch_spec
+from sm120.recipe.endpoints import EngineProtocols, engine_protocols
 
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
 
@@ -33,17 +34,26 @@ class Backend:
     startable: bool
     # Started with --enable-sleep-mode: it can sleep and wake instead of stop and start.
     sleep_mode: bool
+    # What its engine build serves (sm120/data/endpoints.yaml); None: not known.
+    protocols: EngineProtocols | None = None
 
 
-def discover() -> dict[str, Backend]:
+def discover(skipped: dict[str, str] | None = None) -> dict[str, Backend]:
     """Every model a deployment serves or could serve again, keyed by the model name. When
-    two deployments serve one name, a running one wins, then the first by name."""
+    two deployments serve one name, a running one wins, then the first by name. A deployment
+    whose files cannot be read is left out (named in `skipped` with the reason): one broken
+    folder must not take the healthy ones down with it."""
     root = deployments_root()
     found: dict[str, Backend] = {}
     if not root.is_dir():
         return found
     for folder in sorted(root.iterdir()):
-        backend = _backend(folder)
+        try:
+            backend = _backend(folder)
+        except Exception as exc:  # any defect in one folder stays in that folder
+            if skipped is not None:
+                skipped[folder.name] = f"{type(exc).__name__}: {exc}"[:200]
+            continue
         if backend is None:
             continue
         current = found.get(backend.model)
@@ -76,7 +86,14 @@ def _backend(folder: Path) -> Backend | None:
         running=state is not None and runtime_for(state).status(state).running,
         startable=spec is not None,
         sleep_mode=_sleeps(spec),
+        protocols=_protocols(spec),
     )
+
+
+def _protocols(spec: LaunchSpec | None) -> EngineProtocols | None:
+    if spec is None or not spec.engine:
+        return None
+    return engine_protocols(spec.engine, spec.engine_version)
 
 
 def _sleeps(spec: LaunchSpec | None) -> bool:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Only the type: the CLI reads these defaults, and `sm120 --help` must not load YAML.
+    from sm120.gateway.aliases import Alias
 
 DEFAULT_HOST = "127.0.0.1"
 # Off vLLM's 8000 and the recipes' ports, so the gateway rarely takes an engine's port.
@@ -26,3 +31,7 @@ class GatewayConfig:
     backends_file: Path | None = None
     # The gateway's key from this file (a compose secret) instead of its generated one.
     key_file: Path | None = None
+    # Names clients ask for that reach a chosen deployment (sm120.gateway.aliases).
+    aliases: tuple[Alias, ...] = ()
+    # Opt-in: make prompts cache-friendly before they reach the engine (docs/gateway.md).
+    normalize_prompts: bool = False

@@ -9,6 +9,7 @@ behind in a file never gets a signal meant for a gateway long gone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from sm120.core.net import check_host, client_url, exposure_warning
 from sm120.core.pidlock import end_holder
 from sm120.core.ports import ensure_port_free
 from sm120.engine.background import start_detached
+from sm120.gateway.aliases import as_table
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
 
@@ -55,6 +57,7 @@ class GatewayStatus:
             "pid": self.pid,
             "endpoint": self.url,
             "max_awake": self.address.max_awake if self.address else None,
+            "aliases": self.address.aliases if self.address else {},
             "api_key_file": str(self.key_file),
         }
 
@@ -82,7 +85,8 @@ class Started:
         verb = "already running" if self.already else "started"
         return (
             f"gateway {verb} on {self.status.url} (pid {self.status.pid}); clients send the "
-            f"key in {self.status.key_file} as 'Authorization: Bearer KEY'"
+            f"key in {self.status.key_file} as 'Authorization: Bearer KEY' or 'x-api-key: KEY' "
+            "(sm120 connect CLIENT prints a client's settings)"
         )
 
 
@@ -90,7 +94,7 @@ def check_config(config: GatewayConfig) -> GatewayConfig:
     host = check_host(config.host)
     if config.max_awake < 0:
         raise GatewayError("--max-awake must be 0 or more", "0 lets the gateway start nothing")
-    return GatewayConfig(host, config.port, config.max_awake, config.swap_wait_s)
+    return dataclasses.replace(config, host=host)
 
 
 def start_gateway(config: GatewayConfig, files: GatewayFiles) -> Started:
@@ -116,14 +120,30 @@ def _same_address(current: GatewayStatus, config: GatewayConfig) -> None:
             f"a gateway already runs on {address.host}:{address.port} (pid {current.pid})",
             "stop it first: sm120 gateway stop",
         )
+    wanted = as_table(config.aliases)
+    if config.aliases and address.aliases != wanted:
+        raise GatewayError(
+            f"a gateway already runs (pid {current.pid}) with other aliases: "
+            f"{_aliases_words(address.aliases)}",
+            "stop it first (sm120 gateway stop), then start it with the aliases you want",
+        )
+
+
+def _aliases_words(table: dict[str, str]) -> str:
+    return ", ".join(f"{name}={target}" for name, target in table.items()) or "none"
 
 
 def gateway_argv(config: GatewayConfig) -> list[str]:
-    return [
+    argv = [
         sys.executable, "-m", GATEWAY_MODULE,
         "--host", config.host, "--port", str(config.port),
         "--max-awake", str(config.max_awake), "--swap-wait", str(config.swap_wait_s),
     ]  # fmt: skip
+    for alias in config.aliases:
+        argv += ["--alias", f"{alias.name}={alias.target}"]
+    if config.normalize_prompts:
+        argv.append("--normalize-prompts")
+    return argv
 
 
 def _spawn(config: GatewayConfig, files: GatewayFiles) -> subprocess.Popen[bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sm120.core.paths import sm120_home
@@ -34,6 +34,11 @@ class GatewayFiles:
     def log(self) -> Path:
         return self.root / "gateway.log"
 
+    @property
+    def aliases(self) -> Path:
+        """Aliases read at every start when no --aliases names another file."""
+        return self.root / "aliases.yaml"
+
 
 def gateway_files() -> GatewayFiles:
     return GatewayFiles(private_dir(sm120_home() / "gateway"))
@@ -48,6 +53,8 @@ class GatewayAddress:
     pid: int
     started_at: float
     max_awake: int
+    # Alias name -> deployment, as the gateway was started with them.
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 def save_address(files: GatewayFiles, address: GatewayAddress) -> None:

@@ -1,6 +1,11 @@
-"""The gateway's HTTP side: one OpenAI-compatible endpoint on aiohttp.web, forwarding each
-request to the deployment serving its `model` and copying the answer back byte for byte
-(Server-Sent Events included), with the upstream's status."""
+"""The gateway's HTTP side: one endpoint on aiohttp.web for every protocol a coding agent
+speaks (OpenAI chat, completions and Responses; Anthropic Messages and count_tokens;
+embeddings; tokenize), forwarding each request to the deployment serving its `model` (or the
+one an alias names) and copying the answer back byte for byte, Server-Sent Events included.
+
+Clients authenticate with `Authorization: Bearer KEY` (OpenAI SDKs, Codex, Claude Code's
+ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY` (the Anthropic SDK, ANTHROPIC_API_KEY): one key.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +13,45 @@ import asyncio
 import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sm120.gateway.aliases import Alias, as_table, resolve
 from sm120.gateway.backends import Backend
 from sm120.gateway.panel import add_dashboard_for
+from sm120.gateway.relay import BODY_READ_TIMEOUT_S, RESPONSE_ID_PATHS, relay, relay_by_id
 from sm120.gateway.swap import Discover, SwapFailed, Swapper
+from sm120.recipe.endpoints import protocol_for_path, protocol_paths
 
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions")
 # Long prompts are fine; a body this big is a mistake or an attack.
 MAX_BODY_BYTES = 32 * 1024 * 1024
-# A backend that is down refuses at once; one that is wedged must not hang the client.
-CONNECT_TIMEOUT_S = 3.0
-# Between two chunks of an answer: a long prefill may take minutes before the first one.
-READ_TIMEOUT_S = 600.0
-# Headers about the connection or the body's framing belong to each hop, not the answer.
 # How long a routing table read from the state files is reused. Reading it costs every
 # deployment's state, key, launch spec and a liveness check (measured: +18 ms to first token
 # per request on a busy 2-core box, benchmarks/gateway_overhead.py). A model missing from the
 # table or not running is always looked up afresh, so a deployment launched a moment ago is
 # found at once; one that died within the second gets the 502 of a refused connection.
 ROUTES_TTL_S = 1.0
-HOP_HEADERS = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
-)
+# A connection that has not sent a whole request head this long after it opened, or after
+# its last answer, is closed: idle keep-alive sockets and slow-header clients cannot pile up.
+IDLE_CONNECTION_S = 30.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SWAPPER: web.AppKey[Swapper] = web.AppKey("swapper", Swapper)
 SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
+ALIASES: web.AppKey[tuple[Alias, ...]] = web.AppKey("aliases")
+REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = web.AppKey("rewrite")
 
 
 class RouteCache:
-    """The model -> deployment table, reused for ROUTES_TTL_S between requests."""
+    """The model -> deployment table. A request never waits for a read of the state files
+    when the table names its model as running: a table older than ROUTES_TTL_S is served as
+    it is while one read renews it in the background. A model unknown or down, or any model
+    after a swap, waits for a fresh read. Concurrent requests share one read in flight (64
+    streams opening at once cost one read, not 64: GPU run, aggregate 0.962 before)."""
 
     def __init__(self, swapper: Swapper, ttl_s: float = ROUTES_TTL_S) -> None:
         self._swapper = swapper
@@ -51,17 +59,63 @@ class RouteCache:
         self._backends: dict[str, Backend] = {}
         self._read_at = float("-inf")
         self._read_after_swaps = 0
+        self._reading: asyncio.Task[dict[str, Backend]] | None = None
+
+    async def table(self, fresh: bool = False) -> dict[str, Backend]:
+        return (await self._read(fresh))[0]
+
+    async def _read(self, fresh: bool) -> tuple[dict[str, Backend], bool]:
+        """The table, and whether it was read from the state files for this call."""
+        swapped = self._swapper.swap_events != self._read_after_swaps
+        if fresh or swapped or self._read_at == float("-inf"):
+            return await self._shared_read(), True
+        if time.monotonic() - self._read_at > self._ttl_s and self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_files())
+        return self._backends, False
+
+    async def _shared_read(self) -> dict[str, Backend]:
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_files())
+        # Shielded: one caller giving up must not cancel the read the others wait on.
+        return await asyncio.shield(self._reading)
+
+    async def _read_files(self) -> dict[str, Backend]:
+        swaps = self._swapper.swap_events
+        try:
+            backends = await self._swapper.discover()
+        finally:
+            self._reading = None
+        self._backends = backends
+        self._read_at = time.monotonic()
+        self._read_after_swaps = swaps
+        return backends
 
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
-        stale = time.monotonic() - self._read_at > self._ttl_s
-        swapped = self._swapper.swap_events != self._read_after_swaps
-        known = self._backends.get(model)
-        # Only the fast path is cached: a model unknown or down is looked up afresh.
-        if stale or swapped or known is None or not known.running:
-            self._read_after_swaps = self._swapper.swap_events
-            self._backends = await self._swapper.discover()
-            self._read_at = time.monotonic()
-        return self._backends.get(model), self._backends
+        _, backend, backends = await self.route(model, ())
+        return backend, backends
+
+    async def route(
+        self, model: str, aliases: tuple[Alias, ...]
+    ) -> tuple[str, Backend | None, dict[str, Backend]]:
+        """The served model `model` reaches (itself, or an alias's target) and its backend.
+        Only the fast path is cached: a model unknown or down is looked up afresh."""
+        backends, just_read = await self._read(False)
+        found = _routed(model, aliases, backends)
+        if (found is None or not found[1].running) and not just_read:
+            backends, _ = await self._read(True)
+            found = _routed(model, aliases, backends)
+        if found is None:
+            return model, None, backends
+        return found[0], found[1], backends
+
+
+def _routed(
+    model: str, aliases: tuple[Alias, ...], backends: dict[str, Backend]
+) -> tuple[str, Backend] | None:
+    if model in backends:
+        return model, backends[model]
+    deployments = {name: backend.deployment for name, backend in backends.items()}
+    return resolve(model, aliases, backends, deployments)
 
 
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
@@ -72,29 +126,58 @@ def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Resp
     return web.json_response(body, status=status)
 
 
-def build_app(api_key: str, swapper: Swapper, session: aiohttp.ClientSession) -> web.Application:
+def build_app(
+    api_key: str,
+    swapper: Swapper,
+    session: aiohttp.ClientSession,
+    aliases: tuple[Alias, ...] = (),
+    rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+) -> web.Application:
+    """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
+    prompt normaliser); None sends bodies as they came."""
     app = web.Application(middlewares=[_key_guard(api_key)], client_max_size=MAX_BODY_BYTES)
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
+    app[ALIASES] = aliases
+    app[REWRITE] = rewrite
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
-    for path in ROUTED_PATHS:
+    for path in protocol_paths().values():
         app.router.add_post(path, _forward)
+    for method, path in RESPONSE_ID_PATHS:
+        app.router.add_route(method, path, _by_response_id)
     add_dashboard_for(app, api_key, swapper)
     return app
 
 
+def guarded(path: str) -> bool:
+    """Everything a client can ask of a model needs the key; only /health does not."""
+    return path.startswith("/v1/") or path == "/v1" or protocol_for_path(path) is not None
+
+
+def presented_key(headers: Mapping[str, str]) -> bytes:
+    """The key a client sent: `Authorization: Bearer KEY` or Anthropic's `x-api-key: KEY`."""
+    authorization = headers.get("Authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip().encode()
+    return headers.get("x-api-key", "").strip().encode()
+
+
 def _key_guard(api_key: str) -> Middleware:
-    expected = f"Bearer {api_key}".encode()
+    expected = api_key.encode()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/v1"):
-            given = request.headers.get("Authorization", "").encode()
-            # Constant time: how much of a guess matched must not show in the timing.
-            if not hmac.compare_digest(given, expected):
-                return openai_error(401, "missing or wrong API key", "authentication_error")
+        # Constant time: how much of a guess matched must not show in the timing.
+        if guarded(request.path) and not hmac.compare_digest(
+            presented_key(request.headers), expected
+        ):
+            return openai_error(
+                401,
+                "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
+                "authentication_error",
+            )
         return await handler(request)
 
     return guard
@@ -108,7 +191,7 @@ async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
     backends = await swapper.discover()
     await swapper.observe(backends)
-    data = [
+    data: list[dict[str, Any]] = [
         {
             "id": model,
             "object": "model",
@@ -118,16 +201,49 @@ async def _models(request: web.Request) -> web.Response:
         }
         for model, backend in sorted(backends.items())
     ]
+    aliases: tuple[Alias, ...] = request.app[ALIASES]
+    for name, target in as_table(aliases).items():
+        found = _routed(name, aliases, backends) if name not in backends else None
+        entry: dict[str, Any] = {"id": name, "object": "model", "owned_by": "sm120"}
+        entry["alias_of"] = target
+        if found is not None:
+            entry.update(deployment=found[1].deployment, served_model=found[0])
+            entry["awake"] = swapper.awake(found[1])
+        data.append(entry)
     return web.json_response({"object": "list", "data": data})
 
 
 async def _forward(request: web.Request) -> web.StreamResponse:
-    swapper = request.app[SWAPPER]
-    body = await request.read()
-    model = _model_of(body)
-    backend, backends = await request.app[ROUTES].lookup(model or "")
+    protocol = protocol_for_path(request.path) or request.path
+    body = await _read_body(request)
+    if isinstance(body, web.Response):
+        return body
+    parsed = _json_object(body)
+    if isinstance(parsed, web.Response):
+        return parsed
+    model = parsed.get("model")
+    if model is not None and not isinstance(model, str):
+        return openai_error(400, "'model' must be a string", "invalid_request_error")
+    routes = request.app[ROUTES]
+    if not model:
+        # Engines take a request without a model as one for the model they serve: so does
+        # the gateway when it has exactly one; with several, it cannot guess.
+        table = await routes.table(fresh=True)
+        if len(table) != 1:
+            return _no_model(sorted(table))
+        model = next(iter(table))
+    served, backend, backends = await routes.route(model, request.app[ALIASES])
     if backend is None:
-        return _unknown_model(model, sorted(backends))
+        return _unknown_model(model, sorted(backends), request.app[ALIASES])
+    refusal = _unserved(protocol, request.path, backend)
+    if refusal is not None:
+        return refusal
+    rewrite = request.app[REWRITE]
+    if served != model or rewrite is not None:
+        # An alias must reach the engine under the name it serves; the body is sent anew.
+        changed = {**parsed, "model": served}
+        body = json.dumps(rewrite(request.path, changed) if rewrite else changed).encode()
+    swapper = request.app[SWAPPER]
     await swapper.observe({backend.model: backend})
     try:
         await swapper.ensure_awake(backend)
@@ -139,56 +255,77 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     swapper.used(backend)
     swapper.in_flight[backend.deployment] += 1
     try:
-        return await _relay(request, body, backend, request.app[SESSION])
+        return await relay(request, body, backend, request.app[SESSION], protocol)
     finally:
         swapper.in_flight[backend.deployment] -= 1
 
 
-def _model_of(body: bytes) -> str | None:
+async def _read_body(request: web.Request) -> bytes | web.Response:
+    try:
+        body: bytes = await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+        return body
+    except web.HTTPRequestEntityTooLarge:
+        return openai_error(
+            413,
+            f"request body is larger than {MAX_BODY_BYTES // (1 << 20)} MiB",
+            "invalid_request_error",
+        )
+    except asyncio.TimeoutError:
+        return openai_error(
+            408, f"request body not received within {BODY_READ_TIMEOUT_S:.0f} s", "timeout"
+        )
+
+
+def _json_object(body: bytes) -> dict[str, Any] | web.Response:
     try:
         parsed = json.loads(body)
-    except ValueError:
-        return None
-    model = parsed.get("model") if isinstance(parsed, dict) else None
-    return model if isinstance(model, str) else None
+    except (ValueError, RecursionError):
+        return openai_error(400, "the request body is not valid JSON", "invalid_request_error")
+    if not isinstance(parsed, dict):
+        return openai_error(400, "the request body is not a JSON object", "invalid_request_error")
+    return parsed
 
 
-def _unknown_model(model: str | None, models: list[str]) -> web.Response:
+def _no_model(models: list[str]) -> web.Response:
     listed = ", ".join(models) or "none"
-    what = f"model '{model}' is not served here" if model else "the request names no model"
-    return openai_error(404, f"{what}; models: {listed}", "invalid_request_error", models=models)
+    return openai_error(
+        400, f"the request names no model; models: {listed}", "invalid_request_error",
+        models=models,
+    )  # fmt: skip
 
 
-async def _relay(
-    request: web.Request, body: bytes, backend: Backend, session: aiohttp.ClientSession
-) -> web.StreamResponse:
-    headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
-    # The answer is passed on as sent: no compression to undo on the way.
-    headers["Accept-Encoding"] = "identity"
-    if backend.api_key:
-        headers["Authorization"] = f"Bearer {backend.api_key}"
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S
+def _unknown_model(model: str, models: list[str], aliases: tuple[Alias, ...]) -> web.Response:
+    listed = ", ".join(models) or "none"
+    names = [alias.name for alias in aliases]
+    extra = f"; aliases: {', '.join(names)}" if names else ""
+    return openai_error(
+        404,
+        f"model '{model}' is not served here; models: {listed}{extra}",
+        "invalid_request_error",
+        models=models,
     )
-    url = backend.base_url + request.path
-    response: web.StreamResponse | None = None
-    try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as upstream:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for name, value in upstream.headers.items():
-                if name.lower() not in HOP_HEADERS:
-                    response.headers[name] = value
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
-        if response is not None and response.prepared:
-            # Half an answer is out: its status cannot change, so the stream just ends.
-            raise
-        message = f"deployment {backend.deployment} did not answer: {exc or type(exc).__name__}"
-        return openai_error(502, message, "bad_gateway", deployment=backend.deployment)
+
+
+def _unserved(protocol: str, path: str, backend: Backend) -> web.Response | None:
+    engine = backend.protocols
+    if engine is None or not engine.known_not_to_serve(protocol):
+        return None
+    serves = ", ".join(sorted(protocol_paths()[name] for name in engine.serves)) or "none known"
+    return openai_error(
+        501,
+        f"deployment {backend.deployment} runs {engine.label}, which does not serve {path}; "
+        f"it serves {serves}",
+        "not_implemented",
+        deployment=backend.deployment,
+    )
+
+
+async def _by_response_id(request: web.Request) -> web.StreamResponse:
+    """A stored response is asked for by id alone: the deployments that may hold it are
+    asked in turn, and the first that knows it answers."""
+    routes = request.app[ROUTES]
+    backends = [b for b in (await routes.table(fresh=True)).values() if b.running]
+    return await relay_by_id(request, backends, request.app[SESSION])
 
 
 async def discover_off_loop(find: Callable[[], dict[str, Backend]]) -> dict[str, Backend]:

@@ -7,7 +7,8 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -16,6 +17,7 @@ from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
 from sm120.engine.secrets import read_api_key
 from sm120.gateway.actions import EngineActions
+from sm120.gateway.aliases import as_table
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig
 from sm120.gateway.files import (
@@ -25,7 +27,7 @@ from sm120.gateway.files import (
     running_gateway,
     save_address,
 )
-from sm120.gateway.proxy import build_app, discoverer
+from sm120.gateway.proxy import IDLE_CONNECTION_S, build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
 
@@ -52,7 +54,7 @@ def serve(config: GatewayConfig, files: GatewayFiles) -> None:
     try:
         # Made under the lock: two starts racing must not each write a different key.
         api_key = given_key or ensure_gateway_key(files)
-        asyncio.run(_serve(config, files, find, api_key))
+        run_event_loop(_serve(config, files, find, api_key))
     finally:
         files.address.unlink(missing_ok=True)
         lock.release()
@@ -63,7 +65,7 @@ def _backends_and_key(
 ) -> tuple[Callable[[], dict[str, Backend]], str | None]:
     """Static mode reads both from files and fails at once when they are unusable; otherwise
     the state directory is read per request, and no key is given (the gateway keeps its own)."""
-    find = discover
+    find: Callable[[], dict[str, Backend]] = discover
     if config.backends_file is not None:
         find = static_discover(load_static_backends(config.backends_file))
     if config.key_file is None:
@@ -75,6 +77,16 @@ def _backends_and_key(
             "mount the key file (sm120 compose writes secrets/gateway_key)",
         )
     return find, key
+
+
+def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop where it is installed: the relay's per-chunk cost is mostly the event loop's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 async def _serve(
@@ -92,14 +104,17 @@ async def _serve(
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
         swapper = Swapper(policy, EngineActions(session), discoverer(find))
-        app = build_app(api_key, swapper, session)
-        runner = web.AppRunner(app, access_log=None)
+        app = build_app(api_key, swapper, session, config.aliases)
+        # keepalive_timeout also bounds a connection that never completes its request head
+        # (aiohttp arms it when the connection opens): no slow-header or idle pile-up.
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_CONNECTION_S)
         await runner.setup()
         try:
             await web.TCPSite(runner, config.host, config.port).start()
             address = GatewayAddress(
-                config.host, config.port, os.getpid(), time.time(), config.max_awake
-            )
+                config.host, config.port, os.getpid(), time.time(), config.max_awake,
+                as_table(config.aliases),
+            )  # fmt: skip
             save_address(files, address)
             await stop.wait()
         finally:

@@ -40,7 +40,7 @@ class FailureMode(BaseModel):
 
     id: str = Field(
         pattern=r"^F\d{2}[a-z]?$",
-        description="Stable id, F01..F29; a letter suffix marks a variant (F07b).",
+        description="Stable id, F01..F34; a letter suffix marks a variant (F07b).",
     )
     title: str = Field(min_length=1, description="The symptom, short.")
     cause: str = Field(min_length=1, description="Why it happens.")

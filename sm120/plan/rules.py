@@ -9,9 +9,12 @@ fixed upstream stops blocking the newer engines, and keeps blocking the old ones
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
 
 from sm120.core.suggest import did_you_mean
 from sm120.logs.failures import load_catalogue
@@ -117,7 +120,7 @@ def _positive(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         if spec is None or spec.minimum is None or not isinstance(value, int):
             continue
         highest = INT32_MAX if spec.maximum is None else spec.maximum
-        if value < spec.minimum:
+        if value < spec.minimum and value not in spec.sentinels:
             yield f"{name} must be at least {spec.minimum}, got {value}"
         elif value > highest:
             shown = (
@@ -207,6 +210,98 @@ def _glm4_moe_kv_scale_loader(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             f"vLLM {plan.image.engine_version} fails to load this NVFP4 checkpoint's k/v scales "
             "(KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 were "
             "given); serve it on the recipe's vLLM 0.15.1 image or one with the loader fix"
+        )
+
+
+def _released(plan: LaunchPlan) -> bool:
+    """Whether the image's engine_version is a release number ('0.29.1', 'v0.5.15.post1')
+    rather than a branch, fork ref or name-only tag."""
+    words = plan.image.engine_version.split()
+    try:
+        Version(words[-1].removeprefix("v") if words else "")
+    except InvalidVersion:
+        return False
+    return True
+
+
+# F30, F32 and F33 judge upstream releases only: a fork build ships its own SM12x kernels (the
+# reports are against upstream releases), and a name-only tag older than the change cannot be
+# told from a newer one. Their log signatures, where they have one, still name the failure.
+@rule("F30", "error", "DeepSeek-V4.1 has an SM120 sparse-MLA decode kernel on this engine")
+def _dsv41_sparse_mla(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dsv41 = plan.model.architecture.startswith("DeepseekV41") or "V4.1" in (plan.model.repo or "")
+    if plan.engine == "vllm" and hw.is_sm12x and dsv41 and _released(plan):
+        yield (
+            f"vLLM {plan.image.engine_version} has no {hw.arch} sparse-MLA decode kernel for "
+            "DeepSeek-V4.1's shape (64 heads, top-k 1152; vllm#56837): the engine dies in its "
+            "warm-up; use an image whose recipe ships SM120 kernels for it, or the dsv4 recipe"
+        )
+
+
+@rule("F31", "error", "DeepSeek-V4-Flash-0731 with DSpark starts under data parallel + EP")
+def _dspark_dp_ep(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    speculative = plan.speculative
+    if (
+        plan.engine == "vllm"
+        and "0731" in (plan.model.repo or "")
+        and speculative is not None
+        and speculative.method == "dspark"
+        and _int(plan, "data-parallel-size", 1) > 1
+        and plan.arg("enable-expert-parallel") is True
+    ):
+        yield (
+            "DeepSeek-V4-Flash-0731 with DSpark under data parallel + expert parallel fails "
+            "its profile run (assert num_tokens_across_dp_cpu[dp_rank] == batchsize; "
+            "vllm#56281); use --set data-parallel-size=1 (tensor parallel alone), or MTP"
+        )
+
+
+# GB10 is SM121; the RTX PRO 6000D is an SM120 card that only its name tells apart.
+_GARBLED_GLM52_GPU = re.compile(r"RTX PRO 6000D\b", re.IGNORECASE)
+
+
+def _gb10_or_6000d(plan: LaunchPlan, hw: Hardware) -> str | None:
+    if hw.arch == "sm_121":
+        return "GB10 (sm_121)"
+    for name in (*hw.names, plan.hardware.gpu_model or ""):
+        if _GARBLED_GLM52_GPU.search(name):
+            return "RTX PRO 6000D"
+    return None
+
+
+@rule("F32", "error", "GLM-5.2 NVFP4 answers correctly on this GPU and backend")
+def _glm52_nvfp4_garbled(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    gpu = _gb10_or_6000d(plan, hw)
+    backend = plan.arg("attention-backend")
+    if (
+        plan.engine == "vllm"
+        and gpu is not None
+        and plan.model.architecture == "GlmMoeDsaForCausalLM"
+        and plan.model.quantization == "nvfp4"
+        and backend in (None, "FLASHINFER_MLA_SPARSE_SM120")
+        and _released(plan)
+    ):
+        yield (
+            f"GLM-5.2 NVFP4 on {gpu} through FLASHINFER_MLA_SPARSE_SM120 serves garbled text "
+            "(vllm#49886, open): no known fix there; on RTX PRO 6000 use the glm52 recipe's "
+            "b12x image with --set attention-backend=B12X_MLA_SPARSE"
+        )
+
+
+@rule("F33", "error", "SGLang's FlashMLA sparse prefill is off for DeepSeek-V4 on SM12x")
+def _sglang_flashmla_prefill(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    setting = plan.env_dict.get("SGLANG_OPT_FLASHMLA_SPARSE_PREFILL", "").lower()
+    if (
+        plan.engine == "sglang"
+        and hw.is_sm12x
+        and plan.model.attention == "dsv4_compressed"
+        and setting not in ("0", "false")
+        and _released(plan)
+    ):
+        yield (
+            f"SGLang {plan.image.engine_version} turns FlashMLA sparse prefill on by default "
+            f"and it has no {hw.arch} kernel (sglang#31578): set "
+            "--set env.SGLANG_OPT_FLASHMLA_SPARSE_PREFILL=0"
         )
 
 

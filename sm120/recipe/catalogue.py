@@ -30,6 +30,7 @@ class FlagSpec:
     minimum: int | None = None
     maximum: int | None = None  # None: the 32-bit limit of rule S04 (counts and lengths)
     negatable: bool = False
+    sentinels: tuple[int, ...] = ()  # values below `minimum` the engine reads as a mode
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def engine_flags(engine: str) -> EngineFlags:
             minimum=spec.get("min"),
             maximum=spec.get("max"),
             negatable=bool(spec.get("negatable", False)),
+            sentinels=tuple(spec.get("sentinels", ())),
         )
         for name, spec in raw["flags"].items()
     }
@@ -92,6 +94,8 @@ def coerce_flag_value(spec: FlagSpec, value: Any) -> Any:
         return value
     if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
         return value
+    if kind == "int_list" and isinstance(value, list) and value and all(_is_int(v) for v in value):
+        return value
     if kind == "float" and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind in ("str", "choice") and isinstance(value, str | int | float):
@@ -106,10 +110,15 @@ def coerce_flag_value(spec: FlagSpec, value: Any) -> Any:
                 ) from None
         if isinstance(value, dict | list):
             return value
+    wanted = "a list of integers" if kind == "int_list" else f"a {kind} value"
     raise PlanError(
-        f"{spec.name} expects a {kind} value, got {value!r}",
+        f"{spec.name} expects {wanted}, got {value!r}",
         "check the value's type (e.g. numbers without quotes)",
     )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def choice_error(spec: FlagSpec, value: str, choices: list[str]) -> str | None:

@@ -52,9 +52,40 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     f"line {line}: nested deeper than {MAX_DEPTH} levels",
                     "settings nest a few levels deep; check the brackets and indentation",
                 )
-            return super().compose_node(parent, index)
+            node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if isinstance(node, yaml.ScalarNode) and node.style is None:
+            _refuse_cut_text(node)
+        return node
+
+
+# After unquoted text, " #" starts a YAML comment: `title: vLLM PR #41834 tag` keeps only
+# "vLLM PR". People write comments as "# words"; a '#' glued to what follows (#41834, #tag)
+# or text left with an open bracket is text that was cut, not a comment.
+_TRAILING_COMMENT = re.compile(r"[ \t]+#(\S*)")
+_BRACKETS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _refuse_cut_text(node: yaml.ScalarNode) -> None:
+    mark = node.end_mark
+    buffer = getattr(mark, "buffer", None)
+    if not isinstance(buffer, str) or mark.pointer >= len(buffer):
+        return
+    rest = buffer[mark.pointer :].split("\n", 1)[0]
+    found = _TRAILING_COMMENT.match(rest)
+    if not found:
+        return
+    text = str(node.value)
+    unbalanced = any(text.count(o) > text.count(c) for o, c in _BRACKETS.items())
+    if found.group(1) or unbalanced:
+        cut = rest.strip()
+        shown = cut if len(cut) <= 40 else cut[:40] + "..."
+        raise RecipeError(
+            f"line {mark.line + 1}: '{text}' is cut at '{shown}': after unquoted text YAML "
+            "reads ' #' as the start of a comment",
+            "put the whole value in double quotes",
+        )
 
 
 def _construct_unique_mapping(

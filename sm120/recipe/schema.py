@@ -118,6 +118,33 @@ class ModelDims(Strict):
     first_k_dense_replace: int = Field(
         0, ge=0, description="config.json first_k_dense_replace: leading dense (non-MoE) layers."
     )
+    # With these the decode roofline counts the bytes a token reads from the config itself
+    # (attention, indexer, picked experts, LM head) instead of from the resident size.
+    q_lora_rank: int | None = Field(
+        None, gt=0, description="config.json q_lora_rank: the MLA query down-projection width."
+    )
+    qk_nope_head_dim: int | None = Field(
+        None, gt=0, description="config.json qk_nope_head_dim: the MLA non-rotary query/key part."
+    )
+    v_head_dim: int | None = Field(
+        None, gt=0, description="config.json v_head_dim: the MLA value head width."
+    )
+    intermediate_size: int | None = Field(
+        None, gt=0, description="config.json intermediate_size: the dense layers' MLP width."
+    )
+    n_shared_experts: int = Field(
+        0, ge=0, description="config.json n_shared_experts: experts every token passes through."
+    )
+    index_n_heads: int | None = Field(
+        None, gt=0, description="config.json index_n_heads: the sparse-attention indexer's heads."
+    )
+    quantized: Literal["experts", "all_linear"] = Field(
+        "experts",
+        description="Which weights the checkpoint stores at its quantization's width: 'experts' "
+        "(routed and shared experts; attention, indexer, dense MLP and LM head stay in the "
+        "activation dtype, as ModelOpt's experts-only NVFP4) or 'all_linear' (every linear "
+        "layer but the LM head and router).",
+    )
 
 
 class ModelSource(Strict):
@@ -131,8 +158,20 @@ class ModelSource(Strict):
     )
     served_name: str = Field(description="Name clients use in the `model` field of requests.")
     architecture: str = Field(description="HF architecture class, e.g. GlmMoeDsaForCausalLM.")
-    attention: Literal["full", "mla", "mla_sparse_dsa", "dsv4_compressed"] = Field(
-        description="Attention family; rules and the planner depend on it (e.g. F11, F14)."
+    attention: Literal[
+        "full",
+        "mla",
+        "mla_sparse_dsa",
+        "dsv4_compressed",
+        "dsv41_ced",
+        "kda_dsa_hybrid",
+        "gdn_hybrid",
+    ] = Field(
+        description="Attention family; rules and the planner depend on it (e.g. F11, F14). "
+        "dsv41_ced (DeepSeek-V4.1's encoder-decoder with cross-layer KV) and kda_dsa_hybrid "
+        "(GLM-5.3's linear-attention KDA layers mixed with sparse DSA layers) and gdn_hybrid "
+        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) have no KV "
+        "model in the planner yet."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, description="Size on disk in GB, for disk checks.")
@@ -264,6 +303,18 @@ class ThroughputFigure(PublishedFigure):
     )
 
 
+class Acceptance(Strict):
+    """How many draft tokens a verify pass accepts, as a source measured it."""
+
+    accepted_per_pass: float = Field(
+        gt=0,
+        description="Mean draft tokens accepted per verify pass (the pass adds one more token "
+        "of its own): vLLM's mean acceptance length minus 1, or the rate x draft tokens.",
+    )
+    source: str = Field(min_length=1, description="Where the figure comes from (link or seed).")
+    notes: str | None = Field(None, description="Conditions: prompts, sampling, context.")
+
+
 class Published(Strict):
     """Published figures of a configuration, each with its source."""
 
@@ -271,6 +322,11 @@ class Published(Strict):
     prefill: PublishedFigure | None = Field(None, description="Prefill tokens/s.")
     throughput: ThroughputFigure | None = Field(
         None, description="Aggregate output tokens/s at the highest concurrency given."
+    )
+    acceptance: Acceptance | None = Field(
+        None,
+        description="Speculative decoding's acceptance behind the decode figure: the "
+        "speculative roofline uses it (without it, every draft token counts as accepted).",
     )
 
 

@@ -35,6 +35,9 @@ def _flag_tokens(engine: str, name: str, value: Any) -> list[str]:
             return [f"--{name}"]
         spec = engine_flags(engine).flags.get(name)
         return [f"--no-{name}"] if spec is not None and spec.negatable else []
+    spec = engine_flags(engine).flags.get(name)
+    if spec is not None and spec.type == "int_list":
+        return [f"--{name}", *(str(item) for item in value)]  # argparse nargs="+"
     return [f"--{name}", _value_text(value)]
 
 

@@ -76,7 +76,15 @@ def test_validate_why_note_for_nothing(cli: CliRunner, tmp_path: Path) -> None:
 def test_validate_all_bundled(cli: CliRunner) -> None:
     code, out, _ = invoke(cli, "validate")
     assert code == 0
-    assert [line.split()[1] for line in out.splitlines()] == ["dsv4", "glm47", "glm52", "tiny"]
+    assert [line.split()[1] for line in out.splitlines()] == [
+        "dsv4",
+        "dsv41",
+        "glm47",
+        "glm52",
+        "glm53flash",
+        "qwen38flash",
+        "tiny",
+    ]
 
 
 def test_dry_run_rule_failure_exits_1_and_says_why(cli: CliRunner) -> None:

@@ -112,6 +112,18 @@ REAL_LINES: dict[str, list[str]] = {
         "TypeError: KVCacheScaleParameter.weight_loader() takes 2 positional arguments but 3 "
         "were given"
     ],
+    # vllm-project/vllm#56837 (vLLM 0.29.1rc1.dev9, DeepSeek-V4.1-Flash on sm_120)
+    "F30": [
+        "ValueError: SM120 sparse-MLA has no decode kernel for this shape: num_tokens=16, "
+        "num_heads=64, topk=1152"
+    ],
+    # vllm-project/vllm#56281: the source line the traceback prints above 'AssertionError: 4096 20'
+    "F31": ["    assert num_tokens_across_dp_cpu[dp_rank] == batchsize, ("],
+    # sgl-project/sglang#31578 (SGLang with FlashMLA sparse prefill on by default, SM120)
+    "F33": [
+        "RuntimeError: Sparse Attention Forward Kernel is only supported on SM90a and SM100f "
+        "architectures."
+    ],
 }
 
 

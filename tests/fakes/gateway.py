@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from sm120.core.errors import SM120Error
+from sm120.gateway.aliases import Alias
 from sm120.gateway.backends import Backend
 from sm120.gateway.proxy import build_app
 from sm120.gateway.swap import Swapper, SwapPolicy
@@ -73,14 +74,17 @@ class FakeActions:
 
 @contextlib.asynccontextmanager
 async def running_gateway(
-    table: dict[str, Backend], policy: SwapPolicy, actions: FakeActions
+    table: dict[str, Backend],
+    policy: SwapPolicy,
+    actions: FakeActions,
+    aliases: tuple[Alias, ...] = (),
 ) -> AsyncIterator[tuple[aiohttp.ClientSession, Swapper]]:
     async def discover() -> dict[str, Backend]:
         return dict(table)
 
     upstream = aiohttp.ClientSession(auto_decompress=False)
     swapper = Swapper(policy, actions, discover)
-    server = TestServer(build_app(GATEWAY_KEY, swapper, upstream))
+    server = TestServer(build_app(GATEWAY_KEY, swapper, upstream, aliases))
     await server.start_server()
     client = aiohttp.ClientSession(
         base_url=str(server.make_url("/")),
@@ -100,11 +104,12 @@ async def exchange(
     actions: FakeActions,
     method: str,
     path: str,
+    aliases: tuple[Alias, ...] = (),
     **request: Any,
 ) -> tuple[int, dict[str, str], bytes]:
     """One request through a fresh gateway: its status, headers and body."""
     async with (
-        running_gateway(table, policy, actions) as (client, _),
+        running_gateway(table, policy, actions, aliases) as (client, _),
         client.request(method, path, **request) as answer,
     ):
         return answer.status, dict(answer.headers), await answer.read()

@@ -251,7 +251,7 @@ def test_no_room_when_what_runs_cannot_be_started_again() -> None:
     assert actions.done == []
 
 
-def test_a_request_without_a_model_is_404() -> None:
+def test_a_body_that_is_not_json_is_400_and_names_no_model_problem() -> None:
     table = {"a": backend("a", "http://127.0.0.1:1")}
 
     status, _, raw = run(
@@ -260,8 +260,19 @@ def test_a_request_without_a_model_is_404() -> None:
         )
     )
     body = json.loads(raw)
-    assert status == 404
-    assert body["error"]["message"] == "the request names no model; models: a"
+    assert status == 400
+    assert body["error"]["message"] == "the request body is not valid JSON"
+
+
+def test_a_request_without_a_model_is_400_when_several_models_are_served() -> None:
+    table = {"a": backend("a", "http://127.0.0.1:1"), "b": backend("b", "http://127.0.0.1:2")}
+
+    status, _, raw = run(
+        exchange(table, SwapPolicy(), FakeActions(table), "POST", "/v1/completions", json={})
+    )
+    body = json.loads(raw)
+    assert status == 400
+    assert body["error"]["message"] == "the request names no model; models: a, b"
 
 
 def test_the_routing_table_is_reused_briefly_and_reread_when_it_may_be_wrong() -> None:
@@ -294,3 +305,32 @@ def test_the_routing_table_is_reused_briefly_and_reread_when_it_may_be_wrong() -
         return counts
 
     assert run(scenario()) == [1, 1, 1, 2, 2, 3, 4]
+
+
+def test_a_stale_table_is_served_while_one_read_renews_it_and_readers_share_a_read() -> None:
+    table = {"a": backend("a", "http://127.0.0.1:1")}
+    reads: list[float] = []
+
+    async def discover() -> dict[str, Backend]:
+        reads.append(time.monotonic())
+        await asyncio.sleep(0.05)  # the state files take a while to read
+        return dict(table)
+
+    swapper = Swapper(SwapPolicy(), FakeActions(table), discover)
+
+    async def scenario() -> tuple[int, int, float, int]:
+        routes = RouteCache(swapper, ttl_s=0.0)
+        # 64 streams open at once on a cold gateway: one read between them.
+        await asyncio.gather(*(routes.lookup("a") for _ in range(64)))
+        first = len(reads)
+        began = time.monotonic()
+        found, _ = await routes.lookup("a")  # stale (TTL 0), running: answered at once
+        waited = time.monotonic() - began
+        assert found is not None
+        await asyncio.sleep(0.1)  # the background read ends
+        return first, len(reads), waited, len(reads)
+
+    first, after, waited, _ = run(scenario())
+    assert first == 1
+    assert after == 2  # the renewal happened, off the request's path
+    assert waited < 0.04

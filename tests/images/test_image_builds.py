@@ -27,7 +27,14 @@ from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.compose import cache_volumes
 from tests.helpers import REPO, invoke
 
-GPU_CONTEXTS = ("glm47", "glm52", "dsv4", "dsv4-sglang")
+GPU_CONTEXTS = (
+    "glm47",
+    "glm52",
+    "dsv4",
+    "dsv4-sglang",
+    "karmic-kraken-0920",
+    "karmic-kraken-0922",
+)
 GOLDEN = REPO / "tests" / "golden" / "images"
 
 

@@ -182,7 +182,8 @@ def test_refresh_pins_command_reports_an_unreachable_registry(
 
 
 def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    # dsv4's default and flashinfer-decode variant share one base; sglang's is its own.
+    # dsv4's default and flashinfer-decode variant share one base; sglang's and dspark's are
+    # their own.
     asked: list[tuple[Path, str, list[tuple[str, str, str]]]] = []
 
     def record(
@@ -202,6 +203,11 @@ def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch)
             REPO,
             "dsv4",
             [
+                (
+                    "ghcr.io/local-inference-lab/vllm",
+                    "karmic-kraken-beta-20260920-443d9f815c57d23b",
+                    "karmic-kraken-0920",
+                ),
                 ("lmsysorg/sglang", "deepseek-v4-blackwell", "dsv4-sglang"),
                 ("nvidia/cuda", "12.9.1-devel-ubuntu24.04", "dsv4"),
             ],

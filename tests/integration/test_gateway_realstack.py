@@ -1,6 +1,8 @@
 """The gateway in front of two real tiny vLLM CPU engines: listing, streaming fidelity,
-unknown models, a killed backend, and the stop/start swap. One pair of engines serves the
-whole module (each start costs ~45 s of the 2 CI cores)."""
+unknown models, the official Anthropic and OpenAI SDKs as a coding agent drives them (tools,
+forced tool choice, streaming, count_tokens, the Responses API, both key headers, an alias),
+a killed backend, and the stop/start swap. One pair of engines serves the whole module (each
+start costs ~45 s of the 2 CI cores); the tests that kill or swap engines come last."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from tests.helpers import free_port, port_is_free
@@ -21,6 +24,8 @@ from tests.integration.realstack import engine_processes, sm120, state_of
 pytestmark = pytest.mark.integration
 
 MODELS = ("tiny-a", "tiny-b")
+# What Claude Code asks for by default; the gateway sends it to tiny-a.
+ALIAS = "claude-sonnet-4-5"
 CHAT = {"messages": [{"role": "user", "content": "Count with me: one"}], "max_tokens": 8}
 
 
@@ -35,7 +40,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
-    started = sm120(home, "gateway", "start", "--port", str(gateway_port))
+    started = sm120(
+        home, "gateway", "start", "--port", str(gateway_port), "--alias", f"{ALIAS}=tiny-a"
+    )
     assert started.returncode == 0, started.stderr
     info = {"home": home, "ports": ports, "gateway": f"http://127.0.0.1:{gateway_port}"}
     info["key"] = (home / "gateway" / "api_key").read_text().strip()
@@ -77,11 +84,15 @@ def _streamed(url: str, key: str, model: str, timeout: float = 120) -> tuple[lis
 def _models(stack: dict[str, Any]) -> dict[str, bool]:
     listed = httpx.get(f"{stack['gateway']}/v1/models", headers=_auth(stack["key"]), timeout=30)
     assert listed.status_code == 200
-    return {entry["id"]: entry["awake"] for entry in listed.json()["data"]}
+    # Aliases are listed too (with alias_of); these tests follow the deployments' own names.
+    return {e["id"]: e["awake"] for e in listed.json()["data"] if "alias_of" not in e}
 
 
-def test_models_lists_both_awake(stack: dict[str, Any]) -> None:
+def test_models_lists_both_awake_and_the_alias(stack: dict[str, Any]) -> None:
     assert _models(stack) == {"tiny-a": True, "tiny-b": True}
+    listed = httpx.get(f"{stack['gateway']}/v1/models", headers=_auth(stack["key"]), timeout=30)
+    aliases = [e for e in listed.json()["data"] if "alias_of" in e]
+    assert [(e["id"], e["served_model"], e["awake"]) for e in aliases] == [(ALIAS, "tiny-a", True)]
 
 
 def test_a_streamed_chat_through_the_gateway_matches_a_direct_one(stack: dict[str, Any]) -> None:
@@ -90,8 +101,11 @@ def test_a_streamed_chat_through_the_gateway_matches_a_direct_one(stack: dict[st
             f"http://127.0.0.1:{stack['ports'][name]}", _backend_key(stack, name), name
         )
         relayed = _streamed(stack["gateway"], stack["key"], name)
-        assert relayed == direct
-        assert len([piece for piece in direct[0] if piece]) >= 4
+        # Greedy: the same text and finish. How vLLM groups tokens into events depends on
+        # its own timing (a loaded machine merges steps), so the events are not compared;
+        # that the gateway keeps every event as sent is the byte-for-byte unit test's.
+        assert ("".join(relayed[0]), relayed[1]) == ("".join(direct[0]), direct[1])
+        assert len([piece for piece in relayed[0] if piece]) >= 2
 
 
 def test_the_backend_key_does_not_open_the_gateway(stack: dict[str, Any]) -> None:
@@ -110,7 +124,9 @@ def test_an_unknown_model_is_404_listing_the_models(stack: dict[str, Any]) -> No
     )
     assert answer.status_code == 404
     error = answer.json()["error"]
-    assert error["message"] == "model 'tiny-c' is not served here; models: tiny-a, tiny-b"
+    assert error["message"] == (
+        "model 'tiny-c' is not served here; models: tiny-a, tiny-b; aliases: claude-sonnet-4-5"
+    )
     assert error["models"] == ["tiny-a", "tiny-b"]
 
 
@@ -130,6 +146,162 @@ def test_an_upstream_error_keeps_vllms_status(stack: dict[str, Any]) -> None:
     )
     assert direct.status_code == 400
     assert (relayed.status_code, relayed.json()) == (direct.status_code, direct.json())
+
+
+# --- coding-agent clients: the official SDKs, as Claude Code and Codex drive the endpoint ---
+# The model is random: its words are noise, so these check the protocol. A forced tool choice
+# makes vLLM decode the tool input under the tool's JSON schema (structured output); the
+# schema is all enums so a random model cannot wander off into an endless string.
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Oslo?"}]
+PROTOCOL_EVENTS = frozenset(
+    {
+        "message_start", "content_block_start", "content_block_delta",
+        "content_block_stop", "message_delta", "message_stop",
+    }
+)  # fmt: skip
+
+
+def _anthropic(
+    stack: dict[str, Any], api_key: str | None = None, auth_token: str | None = None
+) -> Any:
+    import anthropic
+
+    if auth_token is None and api_key is None:
+        api_key = stack["key"]
+    return anthropic.Anthropic(
+        base_url=stack["gateway"], api_key=api_key, auth_token=auth_token, max_retries=0,
+        timeout=120,
+    )  # fmt: skip
+
+
+def _openai(stack: dict[str, Any], key: str | None = None) -> Any:
+    import openai
+
+    return openai.OpenAI(
+        base_url=f"{stack['gateway']}/v1", api_key=key or stack["key"], max_retries=0, timeout=120
+    )
+
+
+def _valid_weather(arguments: Any) -> None:
+    jsonschema.validate(arguments, WEATHER_TOOL["input_schema"])
+
+
+def test_anthropic_sdk_forced_tool_use_through_an_alias_with_x_api_key(
+    stack: dict[str, Any],
+) -> None:
+    client = _anthropic(stack)  # api_key= sends x-api-key
+    message = client.messages.create(
+        model=ALIAS, max_tokens=64, messages=ASK, tools=[WEATHER_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    )  # fmt: skip
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert message.stop_reason == "tool_use", message
+    assert [use.name for use in uses] == ["get_weather"]
+    assert uses[0].id
+    _valid_weather(uses[0].input)
+    assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+
+
+def test_anthropic_sdk_streams_a_tool_use_in_protocol_order_with_a_bearer_key(
+    stack: dict[str, Any],
+) -> None:
+    client = _anthropic(stack, auth_token=stack["key"])  # auth_token= sends Bearer
+    kinds: list[str] = []
+    with client.messages.stream(
+        model="tiny-a", max_tokens=64, messages=ASK, tools=[WEATHER_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    ) as stream:  # fmt: skip
+        for event in stream:
+            # Deltas collapse into one entry: the order of the other events is the protocol.
+            repeated = kinds[-1:] == [event.type] == ["content_block_delta"]
+            if event.type in PROTOCOL_EVENTS and not repeated:
+                kinds.append(event.type)
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    assert kinds.count("content_block_start") == kinds.count("content_block_stop") >= 1
+    uses = [block for block in final.content if block.type == "tool_use"]
+    assert final.stop_reason == "tool_use" and [use.name for use in uses] == ["get_weather"]
+    _valid_weather(uses[0].input)
+
+
+def test_anthropic_count_tokens_matches_what_a_request_is_billed(stack: dict[str, Any]) -> None:
+    client = _anthropic(stack)
+    counted = client.messages.count_tokens(model=ALIAS, messages=ASK)
+    answered = client.messages.create(model=ALIAS, max_tokens=2, messages=ASK)
+    assert counted.input_tokens == answered.usage.input_tokens > 0
+
+
+def test_anthropic_sdk_errors_name_the_cause(stack: dict[str, Any]) -> None:
+    import anthropic
+
+    with pytest.raises(anthropic.AuthenticationError):
+        _anthropic(stack, api_key="wrong").messages.create(model=ALIAS, max_tokens=2, messages=ASK)
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        _anthropic(stack).messages.create(model="claude-opus-4", max_tokens=2, messages=ASK)
+    assert "models: tiny-a, tiny-b; aliases: claude-sonnet-4-5" in str(missing.value)
+    too_big = [{"role": "user", "content": "x" * (33 * 1024 * 1024)}]
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        _anthropic(stack).messages.create(model=ALIAS, max_tokens=2, messages=too_big)
+    assert refused.value.status_code == 413
+
+
+def test_openai_sdk_responses_api_answers_and_streams_in_order(stack: dict[str, Any]) -> None:
+    client = _openai(stack)
+    response = client.responses.create(model=ALIAS, input="Say hi.", max_output_tokens=8)
+    assert response.status in ("completed", "incomplete")
+    assert response.usage is not None and response.usage.input_tokens > 0
+    kinds = [
+        event.type
+        for event in client.responses.create(
+            model="tiny-b", input="Say hi.", max_output_tokens=8, stream=True
+        )
+    ]
+    assert kinds[0] == "response.created"
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert "response.output_text.delta" in kinds
+
+
+def test_openai_sdk_forced_tool_call_arguments_fit_the_schema(stack: dict[str, Any]) -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": WEATHER_TOOL["description"],
+            "parameters": WEATHER_TOOL["input_schema"],
+        },
+    }
+    completion = _openai(stack).chat.completions.create(
+        model="tiny-a", messages=ASK, max_tokens=64, tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )  # fmt: skip
+    calls = completion.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"
+    _valid_weather(json.loads(calls[0].function.arguments))
+    assert completion.usage is not None and completion.usage.prompt_tokens > 0
+
+
+def test_tokenize_is_routed_by_model_and_needs_the_key(stack: dict[str, Any]) -> None:
+    body = {"model": ALIAS, "prompt": "hello there"}
+    refused = httpx.post(f"{stack['gateway']}/tokenize", json=body, timeout=30)
+    counted = httpx.post(
+        f"{stack['gateway']}/tokenize", json=body, headers=_auth(stack["key"]), timeout=30
+    )
+    assert refused.status_code == 401
+    assert counted.status_code == 200 and counted.json()["count"] > 0
 
 
 def test_a_killed_backend_answers_503_within_seconds(stack: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """The decode roofline against hand computations, one per recipe configuration.
 
-tok/s = bandwidth per GPU / (weight bytes a token reads / TP + KV bytes a rank reads), with
-weight bytes = resident weights - unpicked routed experts - all embedding rows but one
-(sm120/plan/fit/roofline.py explains each term).
+tok/s = bandwidth per GPU / (weight bytes a rank reads per token + KV bytes a rank reads).
+Weight bytes are counted from the config where the recipe's dims give the attention and MLP
+shape (glm52), else they are the resident weights less the unpicked routed experts, the MTP
+layer's experts and all embedding rows but one (sm120/plan/fit/roofline.py explains each
+term). A second hand computation from each checkpoint's config checks the resident way.
 """
 
 from __future__ import annotations
@@ -28,37 +30,70 @@ MXFP4 = 0.5 + 1 / 32  # 4-bit values + one E8M0 scale per 32
 
 # DeepSeek-V4-Flash, MXFP4 experts, 148 GiB resident:
 #   unpicked experts: 43 MoE layers x (256 - 6) experts x 3 x 4096 x 2048 params x MXFP4
+#   the MTP layer's experts (only draft steps run them): 1 x 256 x 3 x 4096 x 2048 x MXFP4
 #   embedding rows a token skips: 129,280 x 4096 x 2 bytes (bf16)
-#   = 158,913,789,952 - 143,720,448,000 - 1,059,061,760 = 14,134,280,192 B a token
-DSV4_WEIGHTS = 148 * GIB - 43 * 250 * 3 * 4096 * 2048 * MXFP4 - 129280 * 4096 * 2
+#   = 158,913,789,952 - 143,720,448,000 - 3,422,552,064 - 1,059,061,760
+#   = 10,711,728,128 B a token
+DSV4_WEIGHTS = (
+    148 * GIB
+    - 43 * 250 * 3 * 4096 * 2048 * MXFP4
+    - 1 * 256 * 3 * 4096 * 2048 * MXFP4
+    - 129280 * 4096 * 2
+)
 # KV at 2,048 tokens: 8 of the planner's 256-token DeepSeek-V4 blocks of 1,051,776 B per rank
 DSV4_KV = 2048 // 256 * 1_051_776
-# GLM-5.2 REAP-469B, NVFP4 experts, 314.4 GiB resident:
-#   unpicked: (78 - 3 dense) layers x (156 - 8) experts x 3 x 6144 x 2048 x NVFP4
-#   embedding: 154,880 x 6144 x 2
-GLM52_WEIGHTS = 314.4 * GIB - 75 * 148 * 3 * 6144 * 2048 * NVFP4 - 154880 * 6144 * 2
+# GLM-5.2 REAP-469B from its config (GLM-5 config.json; experts-only NVFP4, the rest bf16):
+#   MLA attention, per layer:
+#     q_a 6144 x 2048 = 12,582,912          q_b 2048 x 64 x (192 + 64) = 33,554,432
+#     kv_a 6144 x (512 + 64) = 3,538,944    kv_b 512 x 64 x (192 + 256) = 14,680,064
+#     o 64 x 256 x 6144 = 100,663,296       = 165,019,648 params, x 78 layers x 2 B
+#   indexer on the 21 layers that compute their own top-k (index_topk_freq 4, offset 3):
+#     wq_b 2048 x 32 x 128 + wk 6144 x 128 + weights_proj 6144 x 32 = 9,371,648, x 21 x 2 B
+#   dense MLP: 3 layers x 3 x 6144 x 12288 = 679,477,248 params x 2 B (bf16)
+#   experts: 75 MoE layers x (8 picked + 1 shared) x 3 x 6144 x 2048 params x NVFP4
+#   LM head: 154,880 x 6144 x 2 B (a token reads one embedding row: left out)
+GLM52_ATTENTION = (
+    78 * (6144 * 2048 + 2048 * 64 * 256 + 6144 * 576 + 512 * 64 * 448 + 64 * 256 * 6144) * 2
+)
+GLM52_INDEXER = 21 * (2048 * 32 * 128 + 6144 * 128 + 6144 * 32) * 2
+GLM52_WEIGHTS = (
+    GLM52_ATTENTION
+    + GLM52_INDEXER
+    + 3 * 3 * 6144 * 12288 * 2
+    + 75 * 9 * 3 * 6144 * 2048 * NVFP4
+    + 154880 * 6144 * 2
+)  # = 43,732,131,328 B a token
+# vLLM keeps q_a + kv_a (fused_qkv_a_proj) and the indexer whole on every rank
+GLM52_REPLICATED = 78 * (6144 * 2048 + 6144 * 576) * 2 + GLM52_INDEXER
+GLM52_PER_RANK = (GLM52_WEIGHTS - GLM52_REPLICATED) / 4 + GLM52_REPLICATED
 # KV: (78 + 1 MTP) layers x (656 B fp8_ds_mla + 132 B indexer) = 62,252 B a token, every rank
 GLM52_KV_PER_TOKEN = 79 * (656 + 132)
 # GLM-4.7, NVFP4 experts, 188.44 GiB resident:
 #   unpicked: (92 - 3) layers x (160 - 8) experts x 3 x 5120 x 1536 x NVFP4
+#   the MTP layer's experts: 1 x 160 x 3 x 5120 x 1536 x NVFP4
 #   embedding: 151,552 x 5120 x 2
-GLM47_WEIGHTS = 188.44 * GIB - 89 * 152 * 3 * 5120 * 1536 * NVFP4 - 151552 * 5120 * 2
+GLM47_WEIGHTS = (
+    188.44 * GIB
+    - 89 * 152 * 3 * 5120 * 1536 * NVFP4
+    - 1 * 160 * 3 * 5120 * 1536 * NVFP4
+    - 151552 * 5120 * 2
+)
 # KV: 92 layers x (K, V) x 2 of 8 KV heads per rank (TP 4) x 128 x 1 B (checkpoint fp8)
 GLM47_KV_PER_TOKEN = 92 * 2 * 2 * 128 * 1
 
 CASES = [
     # (recipe, variants, hand tok/s, rounded)
-    ("dsv4", (), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 253.3),
+    ("dsv4", (), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 334.1),
     # the seed default reads the same weights and KV: another kernel, the same roofline
-    ("dsv4", ("seed",), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 253.3),
-    ("dsv4", ("gb10x2",), GB10 / (DSV4_WEIGHTS / 2 + DSV4_KV), 38.6),
-    ("dsv4", ("tp4",), RTX_PRO_6000 / (DSV4_WEIGHTS / 4 + DSV4_KV), 505.9),
+    ("dsv4", ("seed",), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 334.1),
+    ("dsv4", ("gb10x2",), GB10 / (DSV4_WEIGHTS / 2 + DSV4_KV), 50.9),
+    ("dsv4", ("tp4",), RTX_PRO_6000 / (DSV4_WEIGHTS / 4 + DSV4_KV), 667.1),
     # DCP 1 (the default): every rank reads all 2,048 tokens of KV
-    ("glm52", (), RTX_PRO_6000 / (GLM52_WEIGHTS / 4 + GLM52_KV_PER_TOKEN * 2048), 71.3),
-    ("glm52", ("dcp1",), RTX_PRO_6000 / (GLM52_WEIGHTS / 4 + GLM52_KV_PER_TOKEN * 2048), 71.3),
+    ("glm52", (), RTX_PRO_6000 / (GLM52_PER_RANK + GLM52_KV_PER_TOKEN * 2048), 135.3),
+    ("glm52", ("dcp1",), RTX_PRO_6000 / (GLM52_PER_RANK + GLM52_KV_PER_TOKEN * 2048), 135.3),
     # DCP 4 (the seed): each rank keeps (and reads) a quarter of the 2,048 tokens
-    ("glm52", ("seed",), RTX_PRO_6000 / (GLM52_WEIGHTS / 4 + GLM52_KV_PER_TOKEN * 512), 71.6),
-    ("glm47", (), RTX_PRO_6000 / (GLM47_WEIGHTS / 4 + GLM47_KV_PER_TOKEN * 2048), 331.2),
+    ("glm52", ("seed",), RTX_PRO_6000 / (GLM52_PER_RANK + GLM52_KV_PER_TOKEN * 512), 136.3),
+    ("glm47", (), RTX_PRO_6000 / (GLM47_WEIGHTS / 4 + GLM47_KV_PER_TOKEN * 2048), 367.3),
 ]
 
 
@@ -144,9 +179,8 @@ def test_human_view_shows_published_roofline_and_ratio(cli: CliRunner) -> None:
     flat = " ".join(out.split())
     assert "published 81 tok/s decode at 1 request (4x RTX PRO 6000 Blackwell" in flat
     assert "source: https://github.com/0xSero/glm-5.2-sm120" in flat
-    assert "roofline 71.3 tok/s decode at 2,048 tokens (TP 4 x 1792 GB/s" in flat
-    # above 1: MTP 3 emits more than one token per weight read
-    assert f"published / roofline = {81 / 71.3:.2f}" in flat
+    assert "roofline 135.3 tok/s decode at 2,048 tokens (TP 4 x 1792 GB/s" in flat
+    assert f"published / roofline = {81 / 135.3:.2f}" in flat
 
 
 def test_a_variant_measured_elsewhere_drops_the_default_figures() -> None:

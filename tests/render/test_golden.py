@@ -32,6 +32,13 @@ CASES = [
     ("dsv4", ("nvfp4",)),
     ("dsv4", ("flashinfer-decode",)),
     ("dsv4", ("sglang",)),
+    ("dsv4", ("dspark",)),
+    ("dsv41", ()),
+    ("dsv41", ("seed",)),
+    ("glm53flash", ()),
+    ("glm53flash", ("seed",)),
+    ("qwen38flash", ()),
+    ("qwen38flash", ("seed",)),
     ("tiny", ()),
 ]
 

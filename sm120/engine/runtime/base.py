@@ -33,6 +33,9 @@ class LaunchSpec:
     api_key_file: str | None
     # Docker runtime: the rendered containers.run arguments (sm120.render.container).
     container: Mapping[str, Any] | None = None
+    # The engine and its build (the image's engine_version): what protocols it serves.
+    engine: str = ""
+    engine_version: str = ""
 
     @classmethod
     def for_plan(
@@ -59,6 +62,8 @@ class LaunchSpec:
             model_dir=plan.model_dir,
             api_key_file=api_key_file,
             container=container,
+            engine=plan.engine,
+            engine_version=plan.image.engine_version,
         )
 
     def started(

@@ -168,7 +168,10 @@ def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     if spec.attention == "dsv4_compressed":
         layout = deepseek_v4_packed if packs_dsv4_upstream(spec.engine_version) else kv.deepseek_v4
         return layout(dims, dcp, *args, chunk=spec.chunk_tokens)
-    raise PlanError(f"attention '{spec.attention}' has no KV model", "use a known recipe")
+    raise PlanError(
+        f"attention '{spec.attention}' has no KV model in the planner yet",
+        "size the KV cache from the engine's startup log (sm120 launch shows it)",
+    )
 
 
 def packs_dsv4_upstream(engine_version: str) -> bool:

@@ -1,0 +1,147 @@
+"""Sending one request on to a deployment and its answer back: headers that belong to each hop
+dropped, the answer's bytes passed on as they arrive (an event stream chunk by chunk), and the
+engine's route-miss 404 turned into an error that names the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from sm120.gateway.backends import Backend
+
+# A backend that is down refuses at once; one that is wedged must not hang the client.
+CONNECT_TIMEOUT_S = 3.0
+# Between two chunks of an answer: a long prefill may take minutes before the first one.
+READ_TIMEOUT_S = 600.0
+# A client that starts a body must finish sending it.
+BODY_READ_TIMEOUT_S = 60.0
+# Headers about the connection or the body's framing belong to each hop, not the answer.
+HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
+)
+# Headers a client sends that the engine may read (Anthropic's version and beta flags); the
+# key is never passed on: each deployment gets its own.
+PASSED_REQUEST_HEADERS = ("Content-Type", "anthropic-version", "anthropic-beta", "Accept")
+# A route-miss answer is small; anything bigger is the engine's own answer, passed on.
+ROUTE_MISS_BYTES = 4096
+# Stored responses of the Responses API, asked for by id with no model to route by.
+RESPONSE_ID_PATHS = (
+    ("GET", "/v1/responses/{response_id}"),
+    ("DELETE", "/v1/responses/{response_id}"),
+    ("POST", "/v1/responses/{response_id}/cancel"),
+)
+_TIMEOUT = aiohttp.ClientTimeout(
+    total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S
+)
+
+
+def _error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
+    return web.json_response(body, status=status)
+
+
+def _upstream_headers(request: web.Request, backend: Backend) -> dict[str, str]:
+    headers = {
+        name: request.headers[name] for name in PASSED_REQUEST_HEADERS if name in request.headers
+    }
+    headers.setdefault("Content-Type", "application/json")
+    # The answer is passed on as sent: no compression to undo on the way.
+    headers["Accept-Encoding"] = "identity"
+    if backend.api_key:
+        headers["Authorization"] = f"Bearer {backend.api_key}"
+    return headers
+
+
+async def relay(
+    request: web.Request,
+    body: bytes,
+    backend: Backend,
+    session: aiohttp.ClientSession,
+    protocol: str,
+) -> web.StreamResponse:
+    url = backend.base_url + request.path_qs
+    response: web.StreamResponse | None = None
+    try:
+        async with session.request(
+            request.method, url, data=body, headers=_upstream_headers(request, backend),
+            timeout=_TIMEOUT,
+        ) as upstream:  # fmt: skip
+            if upstream.status == 404:
+                miss = await _route_miss(upstream, backend, request.path, protocol)
+                if miss is not None:
+                    return miss
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in HOP_HEADERS:
+                    response.headers[name] = value
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        if response is not None and response.prepared:
+            # Half an answer is out: its status cannot change, so the stream just ends.
+            raise
+        message = f"deployment {backend.deployment} did not answer: {exc or type(exc).__name__}"
+        return _error(502, message, "bad_gateway", deployment=backend.deployment)
+
+
+async def _route_miss(
+    upstream: aiohttp.ClientResponse, backend: Backend, path: str, protocol: str
+) -> web.Response | None:
+    """The engine's web framework answering 404 for a path it has no route for (FastAPI's
+    `{"detail": "Not Found"}`) becomes a 501 that says which engine lacks which protocol; a
+    404 of the engine's own (an unknown model, a response id it does not hold) is passed on."""
+    raw = await upstream.content.read(ROUTE_MISS_BYTES + 1)
+    try:
+        parsed = json.loads(raw) if len(raw) <= ROUTE_MISS_BYTES else None
+    except ValueError:
+        parsed = None
+    if parsed != {"detail": "Not Found"}:
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
+        rest = await upstream.content.read()
+        return web.Response(status=404, body=raw + rest, headers=headers)
+    engine = backend.protocols.label if backend.protocols else "its engine"
+    return _error(
+        501,
+        f"deployment {backend.deployment} ({engine}) does not serve {path} "
+        f"({protocol}): the engine has no such route",
+        "not_implemented",
+        deployment=backend.deployment,
+    )
+
+
+async def relay_by_id(
+    request: web.Request, backends: list[Backend], session: aiohttp.ClientSession
+) -> web.StreamResponse:
+    """Ask each running deployment for a stored response until one knows it."""
+    body = await request.read()
+    for backend in backends:
+        if backend.protocols is not None and backend.protocols.known_not_to_serve("responses"):
+            continue
+        url = backend.base_url + request.path_qs
+        try:
+            async with session.request(
+                request.method, url, data=body or None,
+                headers=_upstream_headers(request, backend), timeout=_TIMEOUT,
+            ) as upstream:  # fmt: skip
+                if upstream.status == 404:
+                    continue
+                headers = {
+                    k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS
+                }
+                return web.Response(
+                    status=upstream.status, body=await upstream.read(), headers=headers
+                )
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
+            continue
+    return _error(
+        404,
+        f"no running deployment holds response {request.match_info['response_id']}",
+        "invalid_request_error",
+    )

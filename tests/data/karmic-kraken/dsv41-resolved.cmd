@@ -1,0 +1,19 @@
+--async-scheduling --attention-backend B12X --block-size 256
+--compilation-config '{"cudagraph_mode":"FULL_AND_PIECEWISE"}'
+--decode-context-parallel-size 1 --decode-refill-target auto
+--default-chat-template-kwargs '{"thinking":true,"reasoning_effort":"high"}'
+--dtype bfloat16 --enable-auto-tool-choice --enable-chunked-prefill
+--enable-force-include-usage --enable-prefix-caching --enable-prompt-tokens-details
+--enable-request-id-headers
+--engram-config '{"cpu_offload":false,"table_memory":"disk","disk_resident_scales":false,"projection_tp":false}'
+--generation-config vllm --gpu-memory-utilization 0.95 --jit-monitor-mode warn
+--kv-cache-dtype fp8 --linear-backend b12x --load-format instanttensor
+--max-cudagraph-capture-size 128 --max-model-len -1 --max-num-batched-tokens 4096
+--max-num-seqs 32 --max-parallel-prefills 1 --moe-backend b12x
+--override-generation-config '{"temperature":1.0,"top_p":0.95}'
+--pipeline-parallel-size 1 --prefill-compute-share 0.4 --prefill-policy round-robin
+--prefill-schedule-interval 1 --reasoning-parser deepseek_v41
+--safetensors-load-strategy lazy --no-scheduler-reserve-full-isl
+--speculative-config '{"method":"dspark","attention_backend":"B12X","draft_sample_method":"greedy","rejection_sample_method":"standard","num_speculative_tokens":7,"draft_tensor_parallel_size":4,"enable_adaptive_verification":true,"adaptive_verification_cost_scale":1.0}'
+--swa-block-size 128 --tensor-parallel-size 4 --tokenizer-mode deepseek_v41
+--tool-call-parser deepseek_v41

@@ -1,0 +1,18 @@
+--additional-config '{"glm53_kda_decode_backend":"auto","kda_prefill_backend":"b12x"}'
+--attention-backend B12X --block-size 256
+--compilation-config '{"cudagraph_mode":"FULL_AND_PIECEWISE"}'
+--cp-kv-cache-interleave-size 4
+--cudagraph-capture-sizes 1 2 4 8 16 32 40 48 64 96 128 192 256
+--dcp-kv-cache-interleave-size 4 --decode-context-parallel-size 1
+--default-chat-template-kwargs '{"reasoning_effort":"high","clear_thinking":false}'
+--dtype bfloat16 --enable-auto-tool-choice --enable-chunked-prefill
+--no-enable-flashinfer-autotune --enable-prefix-caching --gpu-memory-utilization 0.93
+--kv-cache-dtype fp8 --linear-backend b12x --load-format instanttensor
+--mamba-cache-mode align --max-cudagraph-capture-size 256 --max-model-len 1048576
+--max-num-batched-tokens 4096 --max-num-seqs 32 --max-parallel-prefills 1
+--moe-backend b12x --override-generation-config '{"temperature":1.0,"top_p":0.95}'
+--pipeline-parallel-size 1 --prefill-compute-share 0.4 --prefill-schedule-interval 1
+--quantization modelopt_mixed --reasoning-parser glm45
+--recurrent-checkpoint-policy request_boundaries
+--speculative-config '{"method":"mtp","draft_sample_method":"probabilistic","rejection_sample_method":"standard","moe_backend":"marlin","attention_backend":"B12X","num_speculative_tokens":3}'
+--tensor-parallel-size 4 --tool-call-parser glm47

@@ -1,0 +1,12 @@
+--async-scheduling --block-size 64
+--compilation-config '{"cudagraph_mode":"FULL_AND_PIECEWISE","custom_ops":["all"]}'
+--decode-context-parallel-size 1 --dtype bfloat16 --enable-auto-tool-choice
+--enable-chunked-prefill --no-enable-flashinfer-autotune --enable-prefix-caching
+--gdn-decode-kernel b12x --gpu-memory-utilization 0.96 --kv-cache-dtype fp8
+--language-model-only --linear-backend b12x --load-format instanttensor
+--mamba-cache-mode align --mamba-ssm-cache-dtype auto --max-cudagraph-capture-size 64
+--max-model-len 262144 --max-num-batched-tokens 6019 --max-num-seqs 16
+--mm-encoder-tp-mode data --mm-processor-cache-gb 0.0 --moe-backend b12x
+--pipeline-parallel-size 1 --quantization modelopt_mixed --reasoning-parser qwen3
+--speculative-config '{"method":"mtp","moe_backend":"b12x","num_speculative_tokens":3}'
+--tensor-parallel-size 1 --tool-call-parser qwen3_xml
