@@ -47,8 +47,11 @@ def snapshot(
     rows = [_deployment(folder, sleepers, status_row) for folder in _deployment_folders()]
     deployments = [row for row in rows if row is not None]
     bench = _bench_by_deployment()
+    aliases = _aliases_by_deployment(gateway)
     for row in deployments:
         row["bench"] = bench.get(row["name"], [])[-BENCH_RUNS_SHOWN:]
+        # The gateway's aliases (`sm120 status --json`'s gateway line), unless the row has its own.
+        row.setdefault("aliases", aliases.get(row["name"], []))
     return {
         "updated": iso_time(time.time()),
         "deployments": deployments,
@@ -131,6 +134,15 @@ def _gpus(deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry = found.setdefault(index, {**gpu, "deployments": []})
             entry["deployments"].append(row["name"])
     return [found[index] for index in sorted(found)]
+
+
+def _aliases_by_deployment(gateway: dict[str, object] | None) -> dict[str, list[str]]:
+    table = (gateway or {}).get("aliases")
+    found: dict[str, list[str]] = {}
+    if isinstance(table, dict):
+        for name, deployment in sorted(table.items()):
+            found.setdefault(str(deployment), []).append(str(name))
+    return found
 
 
 def _bench_by_deployment() -> dict[str, list[dict[str, Any]]]:

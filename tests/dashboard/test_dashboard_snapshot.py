@@ -32,6 +32,16 @@ def test_a_stopped_deployment_is_listed_from_its_launch_spec() -> None:
     assert row["gpu_indices"] == [2, 3]
 
 
+def test_the_gateways_aliases_are_listed_with_their_deployment() -> None:
+    _stopped("tiny", {})
+    _stopped("other", {})
+    gateway = {"name": "gateway", "aliases": {"claude-*": "tiny", "gpt-5": "tiny", "x": "other"}}
+    rows = {row["name"]: row for row in snapshot({}, gateway)["deployments"]}
+    assert rows["tiny"]["aliases"] == ["claude-*", "gpt-5"]
+    assert rows["other"]["aliases"] == ["x"]
+    assert snapshot({}, None)["deployments"][0]["aliases"] == []
+
+
 def test_a_catalogue_failure_alert_names_its_id_and_fix() -> None:
     alert = {"at": "t", "kind": "failure", "message": "F08 NCCL hangs. Fix: set NCCL_P2P_DISABLE=1"}
     assert _alert(alert) | {} == {**alert, "failure_id": "F08", "fix": "set NCCL_P2P_DISABLE=1"}

@@ -44,7 +44,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
-    started = sm120(home, "gateway", "start", "--port", str(gateway_port))
+    started = sm120(
+        home, "gateway", "start", "--port", str(gateway_port), "--alias", "claude-*=tiny"
+    )
     assert started.returncode == 0, started.stderr
     info = {
         "home": home,
@@ -82,10 +84,15 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def _status_rows(home: Path) -> list[dict[str, Any]]:
+def _status(home: Path) -> list[dict[str, Any]]:
     answer = sm120(home, "status", "--json")
     assert answer.returncode == 0, answer.stderr
-    return [row for row in json.loads(answer.stdout) if row.get("kind") != "gateway"]
+    rows: list[dict[str, Any]] = json.loads(answer.stdout)
+    return rows
+
+
+def _status_rows(home: Path) -> list[dict[str, Any]]:
+    return [row for row in _status(home) if row.get("kind") != "gateway"]
 
 
 def _field(driver: Any, deployment: str, name: str) -> str:
@@ -154,6 +161,9 @@ def test_the_page_shows_what_status_json_says(stack: dict[str, Any], browser: An
     assert _field(browser, name, "endpoint") == row["endpoint"]
     assert _field(browser, name, "model") == row["served_model_name"]
     assert _field(browser, name, "state") == "awake"
+    (gateway,) = [line for line in _status(stack["home"]) if line.get("kind") == "gateway"]
+    assert gateway["aliases"] == {"claude-*": "tiny"}
+    assert _field(browser, name, "aliases") == "claude-*"
     assert _field(browser, name, "kv") == f"{row['kv_cache_usage_pct']:.1f} %"
     assert _field(browser, name, "queue") == (
         f"{row['requests_running']} running, {row['requests_waiting']} waiting"
