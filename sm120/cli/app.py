@@ -10,6 +10,7 @@ from sm120.cli import (
     bench,
     chat,
     connect,
+    dashboard,
     doctor,
     engine,
     evaluate,
@@ -67,6 +68,7 @@ gates.register(app)
 evaluate.register(app)
 gateway.register(app)
 connect.register(app)
+dashboard.register(app)
 
 
 def main() -> None:

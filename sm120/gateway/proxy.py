@@ -22,6 +22,7 @@ from aiohttp.typedefs import Middleware
 
 from sm120.gateway.aliases import Alias, as_table, resolve
 from sm120.gateway.backends import Backend
+from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, RESPONSE_ID_PATHS, relay, relay_by_id
 from sm120.gateway.swap import Discover, SwapFailed, Swapper
 from sm120.recipe.endpoints import protocol_for_path, protocol_paths
@@ -153,6 +154,7 @@ def build_app(
         app.router.add_post(path, _forward)
     for method, path in RESPONSE_ID_PATHS:
         app.router.add_route(method, path, _by_response_id)
+    add_dashboard_for(app, api_key, swapper)
     return app
 
 

@@ -48,6 +48,11 @@ def records(key: str, path: Path | None = None) -> list[dict[str, Any]]:
     return [record for record in _read(path or history_path()) if record.get("key") == key]
 
 
+def all_records(path: Path | None = None) -> list[dict[str, Any]]:
+    """Every readable report, oldest first (the dashboard charts them per deployment)."""
+    return list(_read(path or history_path()))
+
+
 def _read(path: Path) -> Iterator[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

@@ -114,3 +114,35 @@ def test_docker_compose_accepts_the_overlay(tmp_path: Path) -> None:
         "--state-dir",
         "/state",
     ]
+
+
+GRAFANA_SCHEMA = REPO / "tests" / "data" / "monitor" / "grafana-dashboard.schema.json"
+
+
+def test_grafana_dashboards_follow_grafanas_dashboard_schema() -> None:
+    """Grafana is not in the registries here: its dashboard types (@grafana/schema, written
+    out as JSON Schema) stand in for loading them; panels must not overlap either."""
+    import jsonschema
+
+    schema = json.loads(GRAFANA_SCHEMA.read_text())
+    for path in sorted((MONITOR / "grafana" / "dashboards").glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        jsonschema.validate(dashboard, schema)
+        cells = [
+            (x, y)
+            for panel in dashboard["panels"]
+            for x in range(panel["gridPos"]["x"], panel["gridPos"]["x"] + panel["gridPos"]["w"])
+            for y in range(panel["gridPos"]["y"], panel["gridPos"]["y"] + panel["gridPos"]["h"])
+        ]
+        assert len(cells) == len(set(cells)), f"{path.name}: panels overlap"
+        assert all(x < 24 for x, _ in cells), f"{path.name}: a panel runs past 24 columns"
+
+
+def test_the_grafana_schema_refuses_a_broken_panel() -> None:
+    import jsonschema
+
+    schema = json.loads(GRAFANA_SCHEMA.read_text())
+    dashboard = json.loads(DASHBOARD.read_text())
+    del dashboard["panels"][0]["type"]
+    with pytest.raises(jsonschema.ValidationError, match="'type' is a required property"):
+        jsonschema.validate(dashboard, schema)

@@ -1,0 +1,171 @@
+"""The dashboard's routes inside the gateway's app, in front of scripted backends: the key
+guards every page and data route, static files carry their types and a strict CSP, and the
+buttons reach the gateway's actions. The real browser and engine are in
+tests/integration/test_dashboard_realstack.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from sm120.dashboard.access import COOKIE
+from sm120.dashboard.routes import CSP
+from sm120.gateway.panel import SwapperControls
+from sm120.gateway.swap import SwapPolicy
+from tests.fakes.gateway import GATEWAY_KEY, FakeActions, backend, running_gateway
+
+ENGINE = "http://127.0.0.1:9"
+
+
+def _table() -> dict[str, Any]:
+    return {"m": backend("m", ENGINE, sleep_mode=True)}
+
+
+def _ask(
+    method: str, path: str, *, key: bool = True, actions: FakeActions | None = None, **request: Any
+) -> tuple[int, dict[str, str], str]:
+    table = _table()
+    actions = actions or FakeActions(table)
+
+    async def scenario() -> tuple[int, dict[str, str], str]:
+        async with running_gateway(table, SwapPolicy(), actions) as (client, _):
+            headers = request.pop("headers", None) or (None if key else {"Authorization": ""})
+            async with client.request(
+                method, path, headers=headers, allow_redirects=False, **request
+            ) as answer:
+                return answer.status, dict(answer.headers), await answer.text()
+
+    return asyncio.run(scenario())
+
+
+def test_the_page_without_the_key_is_only_the_login_prompt() -> None:
+    status, headers, body = _ask("GET", "/dashboard", key=False)
+    assert status == 401
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert headers["Content-Security-Policy"] == CSP
+    assert 'name="key"' in body and 'type="password"' in body
+    # No script and no data: nothing but the form.
+    assert "<script" not in body and "/api/" not in body
+
+
+def test_the_page_with_the_key_loads_the_vendored_scripts() -> None:
+    status, headers, body = _ask("GET", "/dashboard")
+    assert status == 200
+    assert headers["Cache-Control"] == "no-store"
+    assert '<script src="/dashboard/static/uPlot.iife.min.js"' in body
+    # The policy allows no inline code, so the page has none.
+    assert "<script>" not in body and " style=" not in body
+
+
+def test_static_files_carry_their_content_types_and_nothing_else_is_served() -> None:
+    for name, kind in (
+        ("dashboard.js", "text/javascript"),
+        ("uPlot.min.css", "text/css"),
+        ("uPlot.LICENSE", "text/plain"),
+    ):
+        status, headers, body = _ask("GET", f"/dashboard/static/{name}", key=False)
+        assert (status, headers["Content-Type"]) == (200, f"{kind}; charset=utf-8"), name
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert body
+    assert _ask("GET", "/dashboard/static/index.html")[0] == 404
+    assert _ask("GET", "/dashboard/static/..%2Froutes.py")[0] == 404
+
+
+def test_the_data_routes_refuse_a_missing_or_wrong_key() -> None:
+    assert _ask("GET", "/dashboard/api/snapshot", key=False)[0] == 401
+    status, _, body = _ask(
+        "GET", "/dashboard/api/snapshot", key=False, headers={"Authorization": "Bearer nope"}
+    )
+    assert (status, json.loads(body)) == (401, {"error": "missing or wrong key"})
+    assert _ask("POST", "/dashboard/api/actions", key=False, json={})[0] == 401
+
+
+def test_a_snapshot_with_the_key_lists_the_deployments() -> None:
+    status, _, body = _ask("GET", "/dashboard/api/snapshot")
+    assert status == 200
+    data = json.loads(body)
+    assert data["deployments"] == [] and data["gpus"] == []
+    assert data["gateway"] is None
+
+
+def test_login_sets_a_session_cookie_that_is_not_the_key() -> None:
+    table = _table()
+
+    async def scenario() -> tuple[int, int, int, str]:
+        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
+            client.headers.pop("Authorization")
+            async with client.post(
+                "/dashboard/login", data={"key": "wrong"}, allow_redirects=False
+            ) as wrong:
+                refused, page = wrong.status, await wrong.text()
+            assert "is not the gateway key" in page
+            async with client.post(
+                "/dashboard/login", data={"key": GATEWAY_KEY}, allow_redirects=False
+            ) as right:
+                signed_in = right.status
+                cookie = right.cookies[COOKIE]
+            # The test client keeps no cookies for an IP address: send it as a browser would.
+            session = {"Cookie": f"{COOKIE}={cookie.value}"}
+            async with client.get("/dashboard/api/snapshot", headers=session) as snapshot:
+                return refused, signed_in, snapshot.status, cookie.value + str(cookie)
+
+    refused, signed_in, snapshot, cookie = asyncio.run(scenario())
+    assert (refused, signed_in, snapshot) == (401, 303, 200)
+    assert GATEWAY_KEY not in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/dashboard" in cookie
+
+
+def test_sleep_and_wake_go_through_the_gateways_actions() -> None:
+    table = {**_table(), "n": backend("n", ENGINE)}
+    actions = FakeActions(table)
+
+    async def scenario() -> tuple[list[int], set[str], dict[str, bool]]:
+        async with running_gateway(table, SwapPolicy(), actions) as (client, swapper):
+            statuses = []
+            for action in ("sleep", "wake", "sleep"):
+                body = {"action": action, "deployment": "dep-m"}
+                async with client.post("/dashboard/api/actions", json=body) as answer:
+                    statuses.append(answer.status)
+            # Only the sleep-mode deployment is offered sleep and wake.
+            sleepers = await SwapperControls(swapper).sleepers()
+            return statuses, set(swapper.asleep), sleepers
+
+    statuses, asleep, sleepers = asyncio.run(scenario())
+    assert statuses == [200, 200, 200]
+    assert actions.done == ["sleep dep-m", "wake dep-m", "sleep dep-m"]
+    assert asleep == {"dep-m"}
+    assert sleepers == {"dep-m": True}
+
+
+def test_relaunch_stops_then_starts() -> None:
+    actions = FakeActions(_table())
+    assert _ask(
+        "POST", "/dashboard/api/actions", actions=actions, json={"action": "relaunch",
+        "deployment": "dep-m"},
+    )[0] == 200  # fmt: skip
+    assert actions.done == ["stop dep-m", "start dep-m"]
+
+
+def test_a_bad_action_request_says_what_is_wanted() -> None:
+    status, _, body = _ask(
+        "POST", "/dashboard/api/actions", json={"action": "explode", "deployment": "dep-m"}
+    )
+    assert (status, json.loads(body)["error"]) == (
+        400,
+        "give a deployment and an action: wake, sleep, stop, relaunch",
+    )
+    status, _, body = _ask(
+        "POST", "/dashboard/api/actions", json={"action": "stop", "deployment": "ghost"}
+    )
+    assert status == 409
+    assert json.loads(body)["error"] == (
+        "no deployment named 'ghost' serves or can serve again (hint: see 'sm120 status')"
+    )
+
+
+def test_an_action_must_come_as_json() -> None:
+    status, _, _ = _ask("POST", "/dashboard/api/actions", data=aiohttp.FormData({"action": "stop"}))
+    assert status == 415
