@@ -171,3 +171,25 @@ def test_a_config_that_is_not_ours_to_parse_is_left_as_it_was(tmp_path: Path) ->
     with pytest.raises(Exception, match="is not a regular file"):
         write_client_config(settings, tmp_path)
     assert not (tmp_path / "elsewhere.json").exists()
+
+
+def test_claude_code_is_told_the_window_and_warned_of_missing_auto_tool_choice(
+    tmp_path: Path,
+) -> None:
+    from sm120.gateway.connect import warnings_for
+    from tests.fakes.gateway import backend
+
+    served = backend("tiny", "http://127.0.0.1:1", max_model_len=4096, auto_tool_choice=False)
+    endpoint = Endpoint("http://127.0.0.1:1", tmp_path / "key", ("tiny",), "the gateway", (served,))
+    settings = settings_for("claude-code", endpoint, None)
+    assert settings.env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "4096"
+    assert settings.env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert warnings_for(settings) == [
+        "deployment dep-tiny runs without --enable-auto-tool-choice: claude-code's tool "
+        "requests ('tool_choice: auto') get a 400 from vLLM; relaunch with --set "
+        "enable-auto-tool-choice=true --set tool-call-parser=PARSER (the recipe's parser, "
+        "e.g. glm47 for GLM, hermes for the tiny model)"
+    ]
+    ready = backend("tiny", "http://127.0.0.1:1", auto_tool_choice=True)
+    endpoint = Endpoint("http://127.0.0.1:1", tmp_path / "key", ("tiny",), "the gateway", (ready,))
+    assert warnings_for(settings_for("claude-code", endpoint, None)) == []
