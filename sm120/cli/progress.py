@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from rich.console import Console
 from rich.status import Status
 
+from sm120.cli.provision_view import ProvisionDisplay
 from sm120.deploy.wait import PHASE_WORDS
 from sm120.logs.phases import Phase, PhaseUpdate
 
@@ -31,6 +34,19 @@ class PhaseProgress:
     ) -> None:
         if self.status is not None:
             self.status.stop()
+
+    @contextmanager
+    def provisioning(self, what: str) -> Iterator[ProvisionDisplay]:
+        """The engine install, with its own bars: the spinner steps aside (one live display
+        at a time) and comes back for the start."""
+        if self.status is not None:
+            self.status.stop()
+        try:
+            with ProvisionDisplay(what, self.console) as shown:
+                yield shown
+        finally:
+            if self.status is not None:
+                self.status.start()
 
     def message(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True)

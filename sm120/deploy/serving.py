@@ -8,8 +8,10 @@ errors); what happens, and every exit code, is decided here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -40,6 +42,10 @@ class StartView(Protocol):
     def message(self, text: str) -> None: ...
 
     def update(self, update: PhaseUpdate | None, elapsed: float) -> None: ...
+
+    def provisioning(self, what: str) -> AbstractContextManager[Callable[[str], None]]:
+        """A phase of its own before the engine starts: installing the managed engine."""
+        ...
 
 
 class ServeView(Protocol):
@@ -90,7 +96,8 @@ def serve(
             if cluster is not None:
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:
-                ready = launch(checked, engine, options, progress.message, progress.update)
+                with_view = dataclasses.replace(options, provision_view=progress.provisioning)
+                ready = launch(checked, engine, with_view, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):
             view.line(line)

@@ -25,6 +25,7 @@ from sm120.deploy.launcher import (
     LaunchOptions,
     PreflightPassed,
     preflight_or_stop,
+    refuse_without_terminal,
     running_deployment,
 )
 from sm120.deploy.monitoring import check_restart_policy
@@ -171,6 +172,13 @@ def node_launches(
     )
 
 
+def confirm_for(request: LaunchRequest, view: LaunchView) -> Callable[[str], bool] | None:
+    """--yes agrees to everything; otherwise the view asks, or refuses with no terminal."""
+    if request.yes:
+        return None
+    return view.asker() or refuse_without_terminal
+
+
 def launch_options(
     request: LaunchRequest,
     plan: LaunchPlan,
@@ -184,7 +192,7 @@ def launch_options(
         api_key=request.api_key,
         replace=request.replace,
         timeout_s=request.timeout_s,
-        confirm=None if request.yes else view.asker(),
+        confirm=confirm_for(request, view),
         docker_network=request.network,
         monitor=request.monitor,
         preflight=preflight,

@@ -22,7 +22,7 @@ from sm120.doctor.host_checks import DiskUsage, DockerState
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import GpuInfo, Snapshot
-from sm120.engine.engine_env import engine_python_in, is_ready, managed_engine_dir
+from sm120.engine.engine_env import engine_python_in, ready_managed_engine
 from sm120.engine.gpu_readings import load_nvml
 
 if TYPE_CHECKING:
@@ -127,8 +127,8 @@ def engine_python_for(explicit: str | None, environ: Mapping[str, str]) -> str |
     if environ.get("VLLM_PYTHON"):
         return environ["VLLM_PYTHON"]
 
-    managed = managed_engine_dir()
-    return str(engine_python_in(managed)) if is_ready(managed) else None
+    managed = ready_managed_engine()
+    return str(engine_python_in(managed)) if managed is not None else None
 
 
 def weights_target(needs: Needs, environ: Mapping[str, str]) -> tuple[Path, str]:
