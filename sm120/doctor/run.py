@@ -23,7 +23,9 @@ from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import GpuInfo, Snapshot
 from sm120.engine.engine_env import engine_python_in, ready_managed_engine
+from sm120.engine.find import runtime_for
 from sm120.engine.gpu_readings import load_nvml
+from sm120.engine.state import list_states
 
 if TYPE_CHECKING:
     from sm120.plan.resolve import LaunchPlan
@@ -42,6 +44,14 @@ def _ensure_port_free(host: str, port: int) -> None:
     ensure_port_free(host, port)
 
 
+def _deployment_on_port(port: int) -> str | None:
+    """The running sm120 deployment serving this port, if one does."""
+    for state in list_states():
+        if state.port == port and runtime_for(state).status(state).running:
+            return state.name
+    return None
+
+
 @dataclass
 class Machine:
     """Every door to the live machine. Tests replace the ones they need."""
@@ -53,6 +63,7 @@ class Machine:
     disk_usage: DiskUsage = shutil.disk_usage
     which: Callable[[str], str | None] = shutil.which
     ensure_port_free: Callable[[str, int], None] = _ensure_port_free
+    deployment_on_port: Callable[[int], str | None] = _deployment_on_port
 
 
 @dataclass
@@ -197,7 +208,9 @@ def run_doctor(
     )
     findings += host_checks.check_shm(SHM_PATH, needs, machine.disk_usage)
     if check_port:
-        findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
+        findings += host_checks.check_port(
+            needs.host, needs.port, machine.ensure_port_free, machine.deployment_on_port
+        )
     findings += host_checks.check_system_memory(machine.read_text("/proc/meminfo"))
     return DoctorResult(findings, needs, probe, engine, docker, str(target))
 
