@@ -105,6 +105,34 @@ class Ready:
     phases: list[tuple[str, float]] = field(default_factory=list)
     total_s: float = 0.0
     monitor_pid: int | None = None
+    # Where the launch's wall time went, in order (see LaunchClock).
+    steps: list[tuple[str, float]] = field(default_factory=list)
+
+    def timings(self) -> dict[str, object]:
+        """The wall-time split for --json: sm120's own steps and the engine's phases."""
+        return {
+            "total_s": round(self.total_s, 3),
+            "steps": [{"step": name, "seconds": round(took, 3)} for name, took in self.steps],
+            "engine_phases": [
+                {"phase": name, "seconds": round(took, 3)} for name, took in self.phases
+            ],
+        }
+
+
+class LaunchClock:
+    """Marks where a launch's wall time goes, so sm120's own cost (everything but the
+    engine's start) is a number: before the spawn, the spawn, the wait for the API, the
+    smoke test, the monitor."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.last = self.started
+        self.steps: list[tuple[str, float]] = []
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps.append((step, now - self.last))
+        self.last = now
 
 
 def running_deployment(name: str, replace: bool) -> DeploymentState | None:
@@ -285,21 +313,25 @@ def _launch_locked(
     view: PhaseView,
 ) -> Ready:
     plan = checked.plan
-    started = time.monotonic()
+    clock = LaunchClock()
     refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
     exposure = exposure_warning(plan.host)
     if exposure:
         progress(f"warning: {exposure}")
+    clock.mark("checks")
     spec = _prepare(plan, runtime, options, progress)
+    clock.mark("engine, preflight, model")
     # Bench and gates read the plan later (image, baseline, limits) from the state dir.
     save_plan(options.name, plan_document(checked))
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
     # A fresh log per launch; earlier runs stay in the rotated backups.
     start_fresh_log(log_path)
+    clock.mark("plan and log")
     state = runtime.start(spec, log_path)
+    clock.mark("spawn")
     try:
-        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = wait_and_smoke(checked, runtime, state, options, view, clock)
     except BaseException:
         stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
         raise
@@ -309,6 +341,9 @@ def _launch_locked(
     else:
         # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
         keep_launch_spec(spec)
+    clock.mark("monitor" if options.monitor else "launch spec")
+    ready.steps = clock.steps
+    ready.total_s = clock.last - clock.started
     return ready
 
 
@@ -318,7 +353,7 @@ def wait_and_smoke(
     state: DeploymentState,
     options: LaunchOptions,
     view: PhaseView,
-    started: float,
+    clock: LaunchClock,
 ) -> Ready:
     """Follow the engine's log until the API serves the plan's model, then smoke-test it."""
     plan = checked.plan
@@ -339,17 +374,19 @@ def wait_and_smoke(
             on_update=view,
             engine=plan.engine,
         )
+        clock.mark("engine start to API up")
         _check_models(client, plan)
         smoke = smoke_test(
             client, plan.model.served_name, thinking=plan.thinking, max_tokens=plan.smoke.max_tokens
         )
+    clock.mark("smoke test")
     if not smoke.ok:
         raise LaunchError(
             f"the server is up but the READY probe failed: {smoke.message}",
             f"{smoke.failure_id}: see 'sm120 logs'" if smoke.failure_id else "see 'sm120 logs'",
         )
     phases = [(phase.value, seconds) for phase, seconds in waited.tracker.durations()]
-    return Ready(state, plan, waited, smoke.content.strip(), phases, time.monotonic() - started)
+    return Ready(state, plan, waited, smoke.content.strip(), phases, clock.last - clock.started)
 
 
 def _check_models(client: ServerClient, plan: LaunchPlan) -> None:
