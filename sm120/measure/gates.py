@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sm120.measure.cases import Case, Document, Turn
+from sm120.measure.cases import Case, Document, RandomModel, Turn, for_random_model
 from sm120.measure.judge import judge
 from sm120.measure.target import Target
 from sm120.measure.text import filler
@@ -117,7 +117,12 @@ def run_cases(
     cases: Sequence[Case],
     options: GateOptions,
     on_case: OnCase = lambda _result: None,
+    random_model: RandomModel | None = None,
 ) -> dict[str, Any]:
+    """`random_model`: the target serves a random model, so each case checks what such a
+    model can show (sm120/data/gates.yaml's random_model) instead of its expected answers."""
+    if random_model is not None:
+        cases = [for_random_model(case, random_model) for case in cases]
     results = []
     with target.wire() as wire:
         maker = DocumentMaker(wire, target.model)
@@ -139,6 +144,7 @@ def run_cases(
         },
         "passed": len(results) - len(failed),
         "failed": len(failed),
+        "random_model": random_model.why if random_model is not None else None,
         "cases": results,
     }
 

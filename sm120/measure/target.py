@@ -59,6 +59,7 @@ class Target:
     speculative: dict[str, Any] | None = None
     """The plan's speculative decoding (method, num_speculative_tokens, ...), if any."""
     state: DeploymentState | None = None
+    random_model: bool = False  # the plan's model is generated with random weights (tiny)
     runtime: str | None = None  # the deployment's ("native", "docker", ...); None for --url
     engine_python: str | None = None
     """The interpreter the plan runs the engine with (in its image, for a container)."""
@@ -71,6 +72,11 @@ class Target:
         # A native engine runs no image: its runs are kept under the runtime's name.
         where = self.image or (self.runtime if self.runtime == "native" else "unknown-image")
         return f"{where}|{self.plan_hash or self.base_url}"
+
+
+def _generated(plan: dict[str, Any]) -> bool:
+    model = plan.get("model")
+    return isinstance(model, dict) and bool(model.get("generated"))
 
 
 def _image_run(state: DeploymentState, plan: dict[str, Any]) -> str | None:
@@ -153,6 +159,7 @@ def target_for_deployment(name: str | None) -> Target:
         recipe=state.recipe,
         image=_image_run(state, plan),
         runtime=state.runtime,
+        random_model=_generated(plan),
         plan_hash=state.plan_hash,
         baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
         published=plan.get("published") if isinstance(plan.get("published"), dict) else None,
