@@ -137,7 +137,7 @@ def _launch_cluster_locked(
     view: PhaseView,
     make: NodeMaker,
 ) -> Ready:
-    clock = LaunchClock()
+    clock = LaunchClock(options.started_at)
     runtime = ClusterRuntime()
     refuse_or_replace(options, progress)
     python = _node_python(checked.plan, options, request.runtime, progress)

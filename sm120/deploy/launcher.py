@@ -69,6 +69,8 @@ class LaunchOptions:
     monitor: bool = True
     # Shows installing the managed engine as a phase of its own; None: plain progress lines.
     provision_view: Callable[[str], AbstractContextManager[Progress]] | None = None
+    # When `sm120 launch` began (time.monotonic()): the wall-time split starts there.
+    started_at: float | None = None
     # The preflight `sm120 launch` ran before the weights, when it passed (see PreflightPassed).
     preflight: PreflightPassed | None = None
 
@@ -124,10 +126,12 @@ class LaunchClock:
     engine's start) is a number: before the spawn, the spawn, the wait for the API, the
     smoke test, the monitor."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+    def __init__(self, started_at: float | None = None) -> None:
+        self.started = time.monotonic() if started_at is None else started_at
         self.last = self.started
         self.steps: list[tuple[str, float]] = []
+        if started_at is not None:
+            self.mark("plan, preflight, weights")
 
     def mark(self, step: str) -> None:
         now = time.monotonic()
@@ -313,7 +317,7 @@ def _launch_locked(
     view: PhaseView,
 ) -> Ready:
     plan = checked.plan
-    clock = LaunchClock()
+    clock = LaunchClock(options.started_at)
     refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
     exposure = exposure_warning(plan.host)

@@ -10,6 +10,7 @@ starts. One host or many is decided here; what the user sees is the caller's `La
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,11 +97,12 @@ class LaunchView(ServeView, Protocol):
 
 def launch(request: LaunchRequest, view: LaunchView) -> int:
     """Preview the plan (--dry-run) or serve it; the launch's exit code."""
+    started = time.monotonic()
     prepared = prepare(request)
     if request.dry_run:
         view.preview(prepared)
         return 1 if prepared.checked.failed else 0
-    return _serve(prepared, view)
+    return _serve(prepared, view, started)
 
 
 def prepare(request: LaunchRequest) -> Prepared:
@@ -199,7 +201,7 @@ def launch_options(
     )
 
 
-def _serve(prepared: Prepared, view: LaunchView) -> int:
+def _serve(prepared: Prepared, view: LaunchView, started: float | None = None) -> int:
     request, checked = prepared.request, prepared.checked
     if request.nodes is None:
         require_nodes(checked.plan)
@@ -213,6 +215,8 @@ def _serve(prepared: Prepared, view: LaunchView) -> int:
     else:
         passed, checked = _before_start(prepared, view)
     options = launch_options(request, checked.plan, view, passed)
+    # The launch's clock starts here, so its split counts the plan, preflight and weights too.
+    options.started_at = started
     return serve(
         checked,
         options,

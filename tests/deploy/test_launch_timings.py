@@ -42,3 +42,9 @@ def test_the_json_result_carries_the_split() -> None:
         ],
         "engine_phases": [{"phase": "loading", "seconds": 1.25}],
     }
+
+
+def test_a_clock_started_by_the_session_counts_what_came_before_the_launch() -> None:
+    clock = LaunchClock(time.monotonic() - 2.0)
+    ((step, took),) = clock.steps
+    assert step == "plan, preflight, weights" and took >= 2.0
