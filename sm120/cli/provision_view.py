@@ -86,6 +86,8 @@ class ProvisionDisplay:
         if self.bars is not None and self.download is not None:
             self.bars.update(self.download, completed=event.done, total=event.total or None)
         self.last = event
+        if event.total and event.done >= event.total:
+            self._finish_download()
 
     def _finish_download(self) -> None:
         if self.last is not None:
