@@ -8,7 +8,6 @@ errors); what happens, and every exit code, is decided here.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -96,8 +95,8 @@ def serve(
             if cluster is not None:
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:
-                with_view = dataclasses.replace(options, provision_view=progress.provisioning)
-                ready = launch(checked, engine, with_view, progress.message, progress.update)
+                options.provision_view = progress.provisioning
+                ready = launch(checked, engine, options, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):
             view.line(line)
