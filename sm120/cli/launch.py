@@ -132,7 +132,10 @@ def launch(
         keep_on_fail=keep_on_fail,
         gate_max_tokens=gate_max_tokens,
     )
-    raise typer.Exit(launch_session(request, TerminalView(as_json=as_json)))
+    from sm120 import IMPORTED_AT
+
+    # The split in --json starts when the command did, its imports counted.
+    raise typer.Exit(launch_session(request, TerminalView(as_json=as_json), IMPORTED_AT))
 
 
 def launch_request(

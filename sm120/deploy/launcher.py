@@ -131,7 +131,7 @@ class LaunchClock:
         self.last = self.started
         self.steps: list[tuple[str, float]] = []
         if started_at is not None:
-            self.mark("plan, preflight, weights")
+            self.mark("start-up, plan, preflight, weights")
 
     def mark(self, step: str) -> None:
         now = time.monotonic()

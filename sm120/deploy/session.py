@@ -95,9 +95,10 @@ class LaunchView(ServeView, Protocol):
         """Make the plan's checkpoint complete; the folder when anything was fetched."""
 
 
-def launch(request: LaunchRequest, view: LaunchView) -> int:
-    """Preview the plan (--dry-run) or serve it; the launch's exit code."""
-    started = time.monotonic()
+def launch(request: LaunchRequest, view: LaunchView, started_at: float | None = None) -> int:
+    """Preview the plan (--dry-run) or serve it; the launch's exit code. `started_at`
+    (time.monotonic()) is where the launch's wall-time split begins: now, unless given."""
+    started = time.monotonic() if started_at is None else started_at
     prepared = prepare(request)
     if request.dry_run:
         view.preview(prepared)
