@@ -2,9 +2,10 @@
 
 One server for the module, started the way a user would: `sm120 launch tiny` with n-gram
 speculative decoding (so /metrics has real draft counters) and the hermes tool parser (so
-tool requests are accepted). The model's words are gibberish: these tests check that the
-harness records failures as failures, times what it sees sanely, and runs the real
-`vllm bench serve` - not that the model is clever.
+tool requests are accepted). The model's words are gibberish: these tests check that its
+gates check what a random model can show (and that served as a real model its noise fails),
+that the harness times what it sees sanely, and that it runs the real `vllm bench serve` -
+not that the model is clever.
 """
 
 from __future__ import annotations
