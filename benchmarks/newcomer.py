@@ -132,7 +132,9 @@ def measure(out: Path) -> dict[str, Any]:
     measured: dict[str, Any] = {"command": first}
     measured["first_run_s"] = run(first, checkout, env, log)
     measured["engine_bytes"] = disk_bytes(home / ".cache" / "sm120" / "engines")
-    for after in ('sm120 chat "hello"', "sm120 status", "sm120 logs -n 20", "sm120 stop"):
+    # What the README names next; doctor too, which must know the port is its deployment's.
+    after_first = ('sm120 chat "hello"', "sm120 status", "sm120 logs -n 20", "sm120 doctor tiny")
+    for after in (*after_first, "sm120 stop"):
         run(activate + after, checkout, env, log)
     measured["warm_s"] = run(activate + "sm120 launch tiny --yes", checkout, env, log)
     run(activate + "sm120 stop", checkout, env, log)
