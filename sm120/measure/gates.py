@@ -127,7 +127,9 @@ def run_cases(
     with target.wire() as wire:
         maker = DocumentMaker(wire, target.model)
         for case in cases:
-            result = run_case(wire, maker, target, suite, case, options)
+            result = run_case(
+                wire, maker, target, suite, case, options, random_model=random_model is not None
+            )
             on_case(result)
             results.append(result)
     failed = [r for r in results if not r["passed"]]
@@ -150,7 +152,14 @@ def run_cases(
 
 
 def run_case(
-    wire: Wire, maker: DocumentMaker, target: Target, suite: str, case: Case, options: GateOptions
+    wire: Wire,
+    maker: DocumentMaker,
+    target: Target,
+    suite: str,
+    case: Case,
+    options: GateOptions,
+    *,
+    random_model: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     frame = frame_tokens(wire, target.model, case) if target.max_model_len else None
@@ -166,7 +175,7 @@ def run_case(
         text, document_tokens = _user_text(maker, turn, tokens)
         history.append({"role": "user", "content": text})
         exchange = _ask(wire, target, case, history, options)
-        verdict = judge(exchange, turn.expect, thinking=thinking)
+        verdict = judge(exchange, turn.expect, thinking=thinking, random_model=random_model)
         turns.append(_turn_record(number, exchange, verdict, document_tokens))
         if exchange.error:
             break  # later turns build on this answer

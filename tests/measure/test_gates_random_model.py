@@ -65,3 +65,17 @@ def test_an_empty_answer_still_fails_a_random_model(monkeypatch: pytest.MonkeyPa
 def test_the_saved_plan_says_when_the_model_is_random() -> None:
     assert _generated(plan_document(plan_for("tiny")))
     assert not _generated(plan_document(plan_for("glm52")))
+
+
+def test_garbled_noise_is_not_held_against_a_random_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Random weights over a byte-level vocabulary answer with broken characters and loops.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-scripted-secret")
+    garbled = "\ufffd\ufffd ab " + "zz " * 40
+    with FakeOpenAIServer(api_key="sk-scripted-secret", model="scripted") as server:
+        server.when(r"[\s\S]", Reply(content=garbled))
+        real = run(target_for_url(server.url, None), "core")
+        random = run(
+            dataclasses.replace(target_for_url(server.url, None), random_model=True), "core"
+        )
+    assert real["passed"] == 0
+    assert random["failed"] == 0
