@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import free_port, port_is_free
 from tests.integration.realstack import engine_processes, sm120, state_of, wait_for
 
@@ -95,10 +94,11 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     )  # fmt: skip
     assert code == 0, err[-3000:]
     assert report["tools"]["vllm bench serve"].startswith("engine venv ")
-    # runs compare by the image the plan names and the plan hash (flags, env, model)
+    # runs compare by where the engine ran and the plan hash (flags, env, model): a native
+    # run names no image (the plan's is for container runs)
     plan_hash = state_of(home)["plan_hash"]  # type: ignore[index]
-    image = resolve(PlanRequest(recipe="tiny")).image_ref  # one tag per image spec
-    assert report["key"] == f"{image}|{plan_hash}"
+    assert report["key"] == f"native|{plan_hash}"
+    assert (report["image"], report["runtime"]) == (None, "native")
     assert report["max_model_len"] == 1024
     decode = report["decode"]
     assert decode["tool"] == "vllm bench serve" and decode["failed"] == 0
