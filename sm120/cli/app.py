@@ -26,6 +26,9 @@ from sm120.cli import (
     validate,
     weights,
 )
+from sm120.cli.help_format import hide_flag_types
+
+hide_flag_types()
 
 app = typer.Typer(
     name="sm120",

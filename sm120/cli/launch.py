@@ -46,7 +46,11 @@ def launch(
     ),
     arch: str | None = typer.Option(None, "--arch", help="Check against this arch (sm_120)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; start nothing."),
-    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as JSON."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="JSON on stdout: the plan (--dry-run), or the result with its wall-time split.",
+    ),
     runtime: str = typer.Option(
         "native", "--runtime", help="Where the engine runs: native or docker."
     ),
@@ -128,7 +132,10 @@ def launch(
         keep_on_fail=keep_on_fail,
         gate_max_tokens=gate_max_tokens,
     )
-    raise typer.Exit(launch_session(request, TerminalView(as_json=as_json)))
+    from sm120 import IMPORTED_AT
+
+    # The split in --json starts when the command did, its imports counted.
+    raise typer.Exit(launch_session(request, TerminalView(as_json=as_json), IMPORTED_AT))
 
 
 def launch_request(

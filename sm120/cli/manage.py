@@ -17,6 +17,11 @@ from sm120.core.errors import SM120Error
 logs_app = typer.Typer()
 
 
+# How far back `logs -n N` reads for N lines of the engine's own while polls are hidden: an
+# idle server logs two polls every few seconds and nothing else.
+POLL_LOOKBACK_MAX = 200_000
+
+
 def register(app: typer.Typer) -> None:
     app.command("status")(status)
     app.add_typer(logs_app, name="logs")
@@ -110,22 +115,37 @@ def logs(
     name: DeploymentOpt = None,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
     lines: int = typer.Option(50, "--lines", "-n", help="How many last lines to show first."),
+    polls: bool = typer.Option(
+        False, "--polls", help="Also show the monitor's own GET /health and /metrics lines."
+    ),
 ) -> None:
     """The engine's log (the file in the deployment's state dir)."""
     if ctx.invoked_subcommand is not None:
         return
     from sm120.deploy.status import tail_lines
     from sm120.engine.find import find_deployment, runtime_for
+    from sm120.logs.polls import is_poll_line
 
     state = find_deployment(name)
     tail, count = tail_lines(state.log_path, lines)
-    for line in tail:
+    shown = tail
+    # With polls hidden, read further back (bounded) until -n N finds N lines of the engine's.
+    window = lines
+    while not polls:
+        shown = [line for line in tail if not is_poll_line(line)]
+        if len(shown) >= lines or len(tail) < window or window >= POLL_LOOKBACK_MAX:
+            break
+        window = min(window * 8, POLL_LOOKBACK_MAX)
+        tail, count = tail_lines(state.log_path, window)
+    for line in shown[-lines:] if lines else []:
         sys.stdout.write(line + "\n")
     if not follow:
         return
     runtime = runtime_for(state)
     try:
         for line in runtime.follow(state, from_line=count):
+            if not polls and is_poll_line(line):
+                continue
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
     except KeyboardInterrupt:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from rich.console import Console
 from rich.status import Status
+from rich.text import Text
 
+from sm120.cli.provision_view import ProvisionDisplay
 from sm120.deploy.wait import PHASE_WORDS
 from sm120.logs.phases import Phase, PhaseUpdate
 
@@ -19,10 +24,14 @@ class PhaseProgress:
         self.phase: Phase | None = None
         self.detail: str | None = None
         self.status: Status | None = None
+        self.started = time.monotonic()
 
     def __enter__(self) -> PhaseProgress:
         if self.console.is_terminal:
-            self.status = self.console.status(self._text(0.0))
+            self.started = time.monotonic()
+            # Drawn anew at every refresh, so the clock runs while nothing is logged (the
+            # preflight, building the tiny model, a quiet compile).
+            self.status = self.console.status(_Ticking(self))
             self.status.start()
         return self
 
@@ -31,6 +40,21 @@ class PhaseProgress:
     ) -> None:
         if self.status is not None:
             self.status.stop()
+
+    @contextmanager
+    def provisioning(self, what: str) -> Iterator[ProvisionDisplay]:
+        """The engine install, with its own bars: the spinner steps aside (one live display
+        at a time) and comes back for the start."""
+        if self.status is not None:
+            self.status.stop()
+        try:
+            with ProvisionDisplay(what, self.console) as shown:
+                yield shown
+        finally:
+            # The engine's start is timed from here: the install had a clock of its own.
+            self.started = time.monotonic()
+            if self.status is not None:
+                self.status.start()
 
     def message(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True)
@@ -58,4 +82,15 @@ class PhaseProgress:
                     highlight=False,
                 )
         if self.status is not None:
-            self.status.update(self._text(elapsed))
+            self.status.update(_Ticking(self))
+
+
+class _Ticking:
+    """The status line, rendered with the time elapsed since the start began."""
+
+    def __init__(self, progress: PhaseProgress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Text:
+        elapsed = time.monotonic() - self.progress.started
+        return Text.from_markup(self.progress._text(elapsed))

@@ -48,7 +48,12 @@ class TerminalView:
         report(exc)
 
     def ready(self, ready: Ready) -> None:
-        banner(ready)
+        if self.as_json:
+            # The banner for people on stderr; the result, with its wall-time split, for scripts.
+            banner(ready, Console(stderr=True))
+            typer.echo(json.dumps(ready_document(ready), indent=2))
+        else:
+            banner(ready)
         # Whoever reads READY through a pipe (a service's log) must see it now.
         sys.stdout.flush()
 
@@ -60,7 +65,12 @@ class TerminalView:
 
 
 def _ask(question: str) -> bool:
-    return typer.confirm(question, default=True, err=True)
+    try:
+        return typer.confirm(question, default=True, err=True)
+    except typer.Abort:
+        # End of input at the prompt: a no, answered by the launch's own one-line refusal.
+        sys.stderr.write("\n")
+        return False
 
 
 def next_commands(name: str) -> list[str]:
@@ -73,9 +83,23 @@ def next_commands(name: str) -> list[str]:
     ]
 
 
-def banner(ready: Ready) -> None:
+def ready_document(ready: Ready) -> dict[str, object]:
+    """`sm120 launch --json`: what is serving, where, and where the launch's time went."""
+    return {
+        "ready": True,
+        "name": ready.state.name,
+        "recipe": ready.plan.recipe,
+        "endpoint": http_url(ready.state.host, ready.state.port, "/v1"),
+        "model": ready.plan.model.served_name,
+        "answer": ready.answer,
+        "monitor_pid": ready.monitor_pid,
+        "timings": ready.timings(),
+    }
+
+
+def banner(ready: Ready, console: Console | None = None) -> None:
     plan = ready.plan
-    console = Console()
+    console = console or Console()
     phases = ", ".join(
         f"{PHASE_WORDS.get(Phase(name), name)} {seconds:.0f}s" for name, seconds in ready.phases
     )

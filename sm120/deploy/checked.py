@@ -89,6 +89,8 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
             "revision": plan.model.revision,
             "served_name": plan.model.served_name,
             "dir": plan.model_dir,
+            # "tiny": random weights built locally; gates then check the serving path only
+            "generated": plan.model.generated,
         },
         "endpoint": http_url(plan.host, plan.port, "/v1"),
         "protocols": protocols_document(plan.engine, plan.image.engine_version),

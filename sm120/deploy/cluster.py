@@ -31,6 +31,7 @@ from sm120.deploy.cluster_start import ClusterStart, save_cluster_start
 # The single-host launcher's steps, reused as they are (same checks, same READY probe).
 from sm120.deploy.launcher import (
     ABANDON_TIMEOUT_S,
+    LaunchClock,
     LaunchError,
     LaunchOptions,
     PhaseView,
@@ -136,7 +137,7 @@ def _launch_cluster_locked(
     view: PhaseView,
     make: NodeMaker,
 ) -> Ready:
-    started = time.monotonic()
+    clock = LaunchClock(options.started_at)
     runtime = ClusterRuntime()
     refuse_or_replace(options, progress)
     python = _node_python(checked.plan, options, request.runtime, progress)
@@ -156,7 +157,8 @@ def _launch_cluster_locked(
     try:
         start_processes(start, prepared, record, state, progress)
         progress(f"all {len(prepared.nodes)} nodes started; waiting for the head to serve")
-        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+        clock.mark("preflight and start on every node")
+        ready = wait_and_smoke(checked, runtime, state, options, view, clock)
     except BaseException:
         progress("stopping every node")
         abandon_start(state, runtime)

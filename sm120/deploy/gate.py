@@ -76,7 +76,8 @@ def run_gate_suites(
             for line in case_lines(result):
                 echo(line)
 
-    return [run_cases(target, suite, cases, options, show) for suite, cases in chosen]
+    random = builtin_gates().random_model if target.random_model else None
+    return [run_cases(target, suite, cases, options, show, random) for suite, cases in chosen]
 
 
 def _to_stderr(line: str) -> None:

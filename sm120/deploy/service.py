@@ -120,6 +120,9 @@ def exec_start(request: ServiceRequest) -> list[str]:
         request.recipe,
         *request.launch_args,
         "--foreground",
+        # A service has no terminal to ask on; installing it agreed to the long one-off work
+        # (the engine's install, the image's build), which a launch refuses unasked otherwise.
+        "--yes",
     ]
 
 

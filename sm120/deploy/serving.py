@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -40,6 +41,10 @@ class StartView(Protocol):
     def message(self, text: str) -> None: ...
 
     def update(self, update: PhaseUpdate | None, elapsed: float) -> None: ...
+
+    def provisioning(self, what: str) -> AbstractContextManager[Callable[[str], None]]:
+        """A phase of its own before the engine starts: installing the managed engine."""
+        ...
 
 
 class ServeView(Protocol):
@@ -90,6 +95,7 @@ def serve(
             if cluster is not None:
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:
+                options.provision_view = progress.provisioning
                 ready = launch(checked, engine, options, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):

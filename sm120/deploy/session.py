@@ -10,6 +10,7 @@ starts. One host or many is decided here; what the user sees is the caller's `La
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from sm120.deploy.launcher import (
     LaunchOptions,
     PreflightPassed,
     preflight_or_stop,
+    refuse_without_terminal,
     running_deployment,
 )
 from sm120.deploy.monitoring import check_restart_policy
@@ -93,13 +95,15 @@ class LaunchView(ServeView, Protocol):
         """Make the plan's checkpoint complete; the folder when anything was fetched."""
 
 
-def launch(request: LaunchRequest, view: LaunchView) -> int:
-    """Preview the plan (--dry-run) or serve it; the launch's exit code."""
+def launch(request: LaunchRequest, view: LaunchView, started_at: float | None = None) -> int:
+    """Preview the plan (--dry-run) or serve it; the launch's exit code. `started_at`
+    (time.monotonic()) is where the launch's wall-time split begins: now, unless given."""
+    started = time.monotonic() if started_at is None else started_at
     prepared = prepare(request)
     if request.dry_run:
         view.preview(prepared)
         return 1 if prepared.checked.failed else 0
-    return _serve(prepared, view)
+    return _serve(prepared, view, started)
 
 
 def prepare(request: LaunchRequest) -> Prepared:
@@ -171,6 +175,13 @@ def node_launches(
     )
 
 
+def confirm_for(request: LaunchRequest, view: LaunchView) -> Callable[[str], bool] | None:
+    """--yes agrees to everything; otherwise the view asks, or refuses with no terminal."""
+    if request.yes:
+        return None
+    return view.asker() or refuse_without_terminal
+
+
 def launch_options(
     request: LaunchRequest,
     plan: LaunchPlan,
@@ -184,14 +195,14 @@ def launch_options(
         api_key=request.api_key,
         replace=request.replace,
         timeout_s=request.timeout_s,
-        confirm=None if request.yes else view.asker(),
+        confirm=confirm_for(request, view),
         docker_network=request.network,
         monitor=request.monitor,
         preflight=preflight,
     )
 
 
-def _serve(prepared: Prepared, view: LaunchView) -> int:
+def _serve(prepared: Prepared, view: LaunchView, started: float | None = None) -> int:
     request, checked = prepared.request, prepared.checked
     if request.nodes is None:
         require_nodes(checked.plan)
@@ -205,6 +216,8 @@ def _serve(prepared: Prepared, view: LaunchView) -> int:
     else:
         passed, checked = _before_start(prepared, view)
     options = launch_options(request, checked.plan, view, passed)
+    # The launch's clock starts here, so its split counts the plan, preflight and weights too.
+    options.started_at = started
     return serve(
         checked,
         options,

@@ -305,10 +305,28 @@ def check_shm(path: str, needs: Needs, disk_usage: DiskUsage) -> list[Finding]:
     return [Finding("shm", "ok", f"{path} is {total / GIB:.1f} GiB", data=data)]
 
 
-def check_port(host: str, port: int, ensure_free: Callable[[str, int], None]) -> list[Finding]:
+def check_port(
+    host: str,
+    port: int,
+    ensure_free: Callable[[str, int], None],
+    held_by: Callable[[int], str | None] = lambda _port: None,
+) -> list[Finding]:
+    """A port sm120's own running deployment holds is that deployment, not a stranger: the
+    doctor run right after the quickstart must not fail on the server it just started. Not
+    blocking: a launch on it is still refused, by name, before anything starts."""
     try:
         ensure_free(host, port)
     except SM120Error as exc:
+        owner = held_by(port)
+        if owner is not None:
+            return [
+                Finding(
+                    "port",
+                    "info",
+                    f"port {port} on {host} is served by the sm120 deployment '{owner}'",
+                    f"a second deployment needs --port; 'sm120 stop {owner}' frees it",
+                )
+            ]
         return [Finding("port", "error", exc.message, exc.hint or "")]
     return [Finding("port", "ok", f"port {port} on {host} is free")]
 

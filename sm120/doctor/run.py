@@ -23,8 +23,10 @@ from sm120.doctor.kv_tier_checks import check_kv_tier_disk, check_kv_tier_memory
 from sm120.doctor.needs import Needs, needs_from_plan
 from sm120.doctor.runner import Runner, run_command
 from sm120.doctor.snapshot import GpuInfo, Snapshot
-from sm120.engine.engine_env import engine_python_in, is_ready, managed_engine_dir
+from sm120.engine.engine_env import engine_python_in, ready_managed_engine
+from sm120.engine.find import runtime_for
 from sm120.engine.gpu_readings import load_nvml
+from sm120.engine.state import list_states
 
 if TYPE_CHECKING:
     from sm120.plan.resolve import LaunchPlan
@@ -43,6 +45,14 @@ def _ensure_port_free(host: str, port: int) -> None:
     ensure_port_free(host, port)
 
 
+def _deployment_on_port(port: int) -> str | None:
+    """The running sm120 deployment serving this port, if one does."""
+    for state in list_states():
+        if state.port == port and runtime_for(state).status(state).running:
+            return state.name
+    return None
+
+
 @dataclass
 class Machine:
     """Every door to the live machine. Tests replace the ones they need."""
@@ -54,6 +64,7 @@ class Machine:
     disk_usage: DiskUsage = shutil.disk_usage
     which: Callable[[str], str | None] = shutil.which
     ensure_port_free: Callable[[str, int], None] = _ensure_port_free
+    deployment_on_port: Callable[[int], str | None] = _deployment_on_port
 
 
 @dataclass
@@ -128,8 +139,8 @@ def engine_python_for(explicit: str | None, environ: Mapping[str, str]) -> str |
     if environ.get("VLLM_PYTHON"):
         return environ["VLLM_PYTHON"]
 
-    managed = managed_engine_dir()
-    return str(engine_python_in(managed)) if is_ready(managed) else None
+    managed = ready_managed_engine()
+    return str(engine_python_in(managed)) if managed is not None else None
 
 
 def weights_target(needs: Needs, environ: Mapping[str, str]) -> tuple[Path, str]:
@@ -200,7 +211,9 @@ def run_doctor(
     )
     findings += host_checks.check_shm(SHM_PATH, needs, machine.disk_usage)
     if check_port:
-        findings += host_checks.check_port(needs.host, needs.port, machine.ensure_port_free)
+        findings += host_checks.check_port(
+            needs.host, needs.port, machine.ensure_port_free, machine.deployment_on_port
+        )
     meminfo = machine.read_text("/proc/meminfo")
     findings += host_checks.check_system_memory(meminfo)
     findings += check_kv_tier_memory(meminfo, needs)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120.core.errors import SM120Error
+from sm120.engine.docker_cli import DOCKER_CLI_ENV, build_cli
 
 Progress = Callable[[str], None]
 
@@ -122,9 +123,7 @@ def get_image(client: Any, ref: str) -> Any | None:
 
 
 # The Docker CLI a build runs (BuildKit needs it: the SDK speaks only the classic builder,
-# which has no cache mounts). SM120_DOCKER names another one, e.g. a 20.10 CLI with BuildKit
-# built in where no buildx plugin is installed.
-DOCKER_CLI_ENV = "SM120_DOCKER"
+# which has no cache mounts): sm120.engine.docker_cli picks one that can.
 
 
 def build_image(
@@ -140,7 +139,7 @@ def build_image(
 ) -> str:
     """Build with BuildKit from an in-memory tar context, streaming the build's output;
     return the image id."""
-    cli = os.environ.get(DOCKER_CLI_ENV) or "docker"
+    cli = build_cli()
     with tempfile.TemporaryDirectory(prefix="sm120-build-") as tmp:
         iidfile = Path(tmp) / "iid"
         argv = [cli, "build", "--progress", "plain", "-f", dockerfile, "-t", tag]

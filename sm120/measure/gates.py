@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sm120.measure.cases import Case, Document, Turn
+from sm120.measure.cases import Case, Document, RandomModel, Turn, for_random_model
 from sm120.measure.judge import judge
 from sm120.measure.target import Target
 from sm120.measure.text import filler
@@ -117,12 +117,19 @@ def run_cases(
     cases: Sequence[Case],
     options: GateOptions,
     on_case: OnCase = lambda _result: None,
+    random_model: RandomModel | None = None,
 ) -> dict[str, Any]:
+    """`random_model`: the target serves a random model, so each case checks what such a
+    model can show (sm120/data/gates.yaml's random_model) instead of its expected answers."""
+    if random_model is not None:
+        cases = [for_random_model(case, random_model) for case in cases]
     results = []
     with target.wire() as wire:
         maker = DocumentMaker(wire, target.model)
         for case in cases:
-            result = run_case(wire, maker, target, suite, case, options)
+            result = run_case(
+                wire, maker, target, suite, case, options, random_model=random_model is not None
+            )
             on_case(result)
             results.append(result)
     failed = [r for r in results if not r["passed"]]
@@ -139,12 +146,20 @@ def run_cases(
         },
         "passed": len(results) - len(failed),
         "failed": len(failed),
+        "random_model": random_model.why if random_model is not None else None,
         "cases": results,
     }
 
 
 def run_case(
-    wire: Wire, maker: DocumentMaker, target: Target, suite: str, case: Case, options: GateOptions
+    wire: Wire,
+    maker: DocumentMaker,
+    target: Target,
+    suite: str,
+    case: Case,
+    options: GateOptions,
+    *,
+    random_model: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     frame = frame_tokens(wire, target.model, case) if target.max_model_len else None
@@ -160,7 +175,7 @@ def run_case(
         text, document_tokens = _user_text(maker, turn, tokens)
         history.append({"role": "user", "content": text})
         exchange = _ask(wire, target, case, history, options)
-        verdict = judge(exchange, turn.expect, thinking=thinking)
+        verdict = judge(exchange, turn.expect, thinking=thinking, random_model=random_model)
         turns.append(_turn_record(number, exchange, verdict, document_tokens))
         if exchange.error:
             break  # later turns build on this answer

@@ -44,14 +44,23 @@ class Verdict:
             self.failure_ids.append(failure_id)
 
 
-def judge(exchange: Exchange, checks: Sequence[Check], *, thinking: bool | None) -> Verdict:
+def judge(
+    exchange: Exchange,
+    checks: Sequence[Check],
+    *,
+    thinking: bool | None,
+    random_model: bool = False,
+) -> Verdict:
+    """`random_model`: the answer is noise by design (random weights), so garbled text and
+    loops say nothing about the serving path and are not held against it."""
     verdict = Verdict()
     if exchange.error:
         verdict.fail(f"request failed: {exchange.error}")
         return verdict
     wants_tool = any(check.tool_call is not None for check in checks)
     _split(exchange, verdict, thinking=thinking, wants_tool=wants_tool)
-    _garbage(exchange.content, verdict)
+    if not random_model:
+        _garbage(exchange.content, verdict)
     for check in checks:
         _expectation(exchange, check, verdict)
     return verdict

@@ -17,11 +17,18 @@ def _secs(value: Any) -> str:
     return f"{value:.3f}s" if isinstance(value, (int, float)) else "-"
 
 
+def _where(report: Mapping[str, Any]) -> str:
+    """The image for a container run; a native run names its runtime, never an image."""
+    if report.get("image"):
+        return f"image {report['image']}"
+    return f"runtime {report.get('runtime') or '?'}"
+
+
 def show_bench(report: Mapping[str, Any], console: Console | None = None) -> None:
     out = console or Console(soft_wrap=True)
     out.print(
         f"[bold]{report['deployment']}[/bold]  model {report['model']}  "
-        f"image {report.get('image') or '?'}  plan {report.get('plan_hash') or '?'}  "
+        f"{_where(report)}  plan {report.get('plan_hash') or '?'}  "
         f"mode {report['mode']}"
     )
     decode = report.get("decode") or {}

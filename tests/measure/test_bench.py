@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import json
 import re
@@ -805,7 +806,9 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
     )  # fmt: skip
     assert code == 0, err  # flagged, but only --fail-on-regression turns it into exit 1
     report = json.loads(out)
-    assert report["key"] == "vllm/vllm-openai:v0.32.0|h"
+    # A native run names no image (the plan's is for container runs): its history is kept
+    # under the runtime's name.
+    assert (report["key"], report["image"], report["runtime"]) == ("native|h", None, "native")
     assert report["max_model_len"] == 8192
     assert [c["concurrency"] for c in report["concurrency"]] == [1, 2]  # max-num-seqs 2
     assert report["tools"]["vllm bench serve"].startswith("unavailable: no vLLM engine found")
@@ -822,7 +825,27 @@ def test_cli_bench_against_a_deployment_flags_the_baseline(
         cli, "bench", "--quick", "--lengths", "64", "--fail-on-regression", "--settle", "0"
     )
     assert code == 1
-    assert len(history.records("vllm/vllm-openai:v0.32.0|h")) == 2
+    assert len(history.records("native|h")) == 2
+
+
+def test_only_a_container_run_names_its_image(deployment: FakeOpenAIServer) -> None:
+    from sm120.engine.state import load_state
+    from sm120.measure.present import show_bench
+    from sm120.measure.target import target_for_deployment
+
+    native = target_for_deployment("d")
+    assert (native.image, native.history_key) == (None, "native|h")
+    state = load_state("d")
+    assert state is not None
+    state.runtime = "docker"
+    save_state(state)
+    container = target_for_deployment("d")
+    assert container.image == "vllm/vllm-openai:v0.32.0"
+    assert container.history_key == "vllm/vllm-openai:v0.32.0|h"
+    out = io.StringIO()
+    report = {"deployment": "d", "model": "m", "image": None, "runtime": "native", "mode": "q"}
+    show_bench({**report, "plan_hash": "h"}, Console(file=out, width=200))
+    assert out.getvalue().splitlines()[0] == "d  model m  runtime native  plan h  mode q"
 
 
 def test_cli_bench_text_report(deployment: FakeOpenAIServer, cli: CliRunner) -> None:

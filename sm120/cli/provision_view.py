@@ -1,0 +1,104 @@
+"""Provisioning the engine as the user sees it: a phase of its own with a byte-level bar per
+package (size, rate, time left) on a terminal, and readable lines without one."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from sm120.engine.pip_progress import DownloadAdvanced, DownloadStarted, parse_pip_line
+
+
+class ProvisionDisplay:
+    """Takes provisioning's output lines (sm120.engine.engine_env.Progress) one at a time."""
+
+    def __init__(self, what: str, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.what = what
+        self.started = time.monotonic()
+        self.bars: Progress | None = None
+        self.phase_task: TaskID | None = None
+        self.download: TaskID | None = None
+        self.package = ""
+        self.downloaded = 0  # bytes of finished downloads
+        self.last: DownloadAdvanced | None = None  # the current download's latest count
+
+    def __enter__(self) -> ProvisionDisplay:
+        self.console.print(f"provisioning the engine: {self.what} (once; reused afterwards)")
+        if self.console.is_terminal:
+            self.bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.bars.start()
+            # The phase's own line: its elapsed time runs even while pip prints nothing.
+            self.phase_task = self.bars.add_task("provisioning", total=None)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._finish_download()
+        if self.bars is not None:
+            self.bars.stop()
+        if kind is None:
+            self.console.print(
+                f"provisioned in {time.monotonic() - self.started:.0f}s "
+                f"({self.downloaded / 1e6:,.0f} MB downloaded)",
+                highlight=False,
+            )
+
+    def __call__(self, line: str) -> None:
+        event = parse_pip_line(line)
+        if isinstance(event, DownloadAdvanced):
+            self._advance(event)
+        elif isinstance(event, DownloadStarted):
+            self._finish_download()
+            self.package = event.package
+            if self.bars is not None:
+                self.download = self.bars.add_task(_short(event.package), total=None)
+            else:
+                self.console.print(f"  downloading {event.package}", highlight=False)
+        elif self.bars is not None and self.phase_task is not None:
+            self.bars.update(self.phase_task, description=_short(event.text.strip(), 60))
+        else:
+            self.console.print(f"[dim]{event.text}[/dim]", highlight=False, soft_wrap=True)
+
+    def _advance(self, event: DownloadAdvanced) -> None:
+        if self.bars is not None and self.download is not None:
+            self.bars.update(self.download, completed=event.done, total=event.total or None)
+        self.last = event
+        if event.total and event.done >= event.total:
+            self._finish_download()
+
+    def _finish_download(self) -> None:
+        if self.last is not None:
+            self.downloaded += self.last.done
+            if self.bars is None:
+                self.console.print(f"    {self.last.done / 1e6:,.1f} MB", highlight=False)
+        self.last = None
+        if self.bars is not None and self.download is not None:
+            self.bars.remove_task(self.download)
+        self.download = None
+
+
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
