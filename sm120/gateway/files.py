@@ -8,6 +8,7 @@ import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from sm120.core.bounded import is_regular_file
 from sm120.core.paths import sm120_home
 from sm120.core.pidlock import lock_holder
 from sm120.engine.secrets import read_api_key
@@ -60,6 +61,8 @@ def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | 
     pid = lock_holder(files.pid)
     if pid is None:
         return None
+    if not is_regular_file(files.address):
+        return pid, None
     try:
         data = json.loads(files.address.read_text(encoding="utf-8"))
         address = GatewayAddress(**data)

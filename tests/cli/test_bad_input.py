@@ -13,6 +13,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -1010,3 +1011,62 @@ def test_the_benchmark_load_records_an_endless_event_as_a_failed_request() -> No
     assert [timing.error for timing in result.requests] == [
         "the stream sent an event longer than 8 MiB"
     ]
+
+
+# --- bounded in time: a FIFO nobody writes to, a device that never ends -----------------------
+
+
+@pytest.fixture
+def silent_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A FIFO no one ever opens for writing (opening it blocking would wait forever)."""
+    from sm120.core import bounded
+
+    monkeypatch.setattr(bounded, "PIPE_WAIT_S", 0.3)
+    fifo = tmp_path / "silent"
+    os.mkfifo(fifo)
+    return fifo
+
+
+@pytest.mark.parametrize(
+    ("args", "what", "hint"),
+    [
+        (("validate", "{f}"), "recipe", "a recipe is a small UTF-8 YAML file; see recipes/ for "
+         "examples"),
+        (("launch", "tiny", "--dry-run", "--env-file", "{f}"), ".env file", "check --env-file"),
+        (("doctor", "--from", "{f}"), "--from:", _FROM_HINT),
+        (("test", "core", "--cases", "{f}"), "--cases", "check --cases"),
+    ],
+    ids=["validate", "env-file", "doctor-from", "test-cases"],
+)  # fmt: skip
+def test_a_silent_fifo_is_refused_within_the_time_bound(
+    cli: CliRunner, silent_fifo: Path, args: tuple[str, ...], what: str, hint: str
+) -> None:
+    started = time.monotonic()
+    code, _, err = invoke(cli, *(arg.format(f=silent_fifo) for arg in args))
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {what} {silent_fifo} did not end within 0.3 s (a FIFO or device?) (hint: {hint})",
+    )
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_logs_parse_takes_only_regular_files(
+    cli: CliRunner, silent_fifo: Path, target: str
+) -> None:
+    path = str(silent_fifo) if target == "fifo" else target
+    code, _, err = invoke(cli, "logs", "parse", path)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {path} is not a regular file (hint: pipe a live log into '-' instead: "
+        "docker logs -f NAME | sm120 logs parse -)",
+    )
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_key_file_pointer_to_a_device_or_fifo_is_no_key(silent_fifo: Path, target: str) -> None:
+    from sm120.engine.secrets import read_api_key
+
+    started = time.monotonic()
+    assert read_api_key(str(silent_fifo) if target == "fifo" else target) is None
+    assert time.monotonic() - started < 2
