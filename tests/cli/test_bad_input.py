@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from typer.testing import CliRunner
@@ -330,7 +330,7 @@ _NAME_RULE = "lowercase letters, digits and '-', at most 64 characters"
         ("a" * 10_000, "a" * 40 + "... (10000 characters)"),
         ("a" * 65, "a" * 40 + "... (65 characters)"),
         ("", ""),
-        ("Tiny\x00", "Tiny\x00"),
+        ("Tiny\x00", "Tiny"),  # a control character never reaches the terminal
     ],
     ids=[
         "dot-dot",
@@ -708,6 +708,121 @@ def test_chat_refuses_a_bad_answer(
     bad_server.answer = staticmethod(answer)
     code, _, err = invoke(cli, "chat", "hello", *extra)
     assert (code, one_line_error(err)) == (2, message)
+
+
+def _endless_stream() -> Iterator[bytes]:
+    """Well-formed content events that never end (each 64 KiB of text)."""
+    event = _chunk({"content": "y" * (1 << 16)})
+    while True:
+        yield event
+
+
+def _one_line_byte_by_byte(size: int) -> Iterator[bytes]:
+    yield b"data: "
+    for _ in range(size // 512):
+        yield b"x" * 512
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (_endless_stream, "streamed more than 32 MiB"),
+        (lambda: _one_line_byte_by_byte(9 << 20), "streamed a line longer than 8 MiB"),
+    ],
+    ids=["endless-stream", "line-in-small-chunks"],
+)
+def test_chat_bounds_a_stream_in_bytes_and_stays_linear(
+    cli: CliRunner,
+    bad_server: type[_BadServer],
+    answer: Callable[[], Iterator[bytes]],
+    message: str,
+) -> None:
+    bad_server.answer = staticmethod(answer)
+    started = time.monotonic()
+    code, _, err = invoke(cli, "chat", "hello")
+    # Linear: the line sent in 512-byte pieces re-joined its growing prefix per piece before
+    # (minutes of copying); the endless stream grew the answer without limit.
+    assert time.monotonic() - started < 20
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: /v1/chat/completions {message} (hint: {_NOT_OURS})",
+    )
+
+
+def test_chat_strips_terminal_escapes_from_the_answer(
+    cli: CliRunner, bad_server: type[_BadServer]
+) -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\r\x9b2Jok\n"
+    events = [
+        _chunk({"reasoning_content": "\x1b[2Jthink"}),
+        _chunk({"content": hostile}),
+        _chunk({"content": "\x1b"}),  # a sequence split across two deltas
+        _chunk({"content": "[2Jsplit"}),
+        b"data: [DONE]\n\n",
+    ]
+    bad_server.answer = staticmethod(lambda: iter(events))
+    code, out, err = invoke(cli, "chat", "hello")
+    assert (code, out) == (0, "redok\n[2Jsplit\n")
+    assert "\x1b" not in err and "think" in err
+    bad_server.answer = staticmethod(
+        lambda: iter([b'data: {"error": {"message": "\\u001b]0;t\\u0007bad"}}\n\n'])
+    )
+    code, _, err = invoke(cli, "chat", "hello")
+    assert code == 2 and "\x1b" not in err and "bad" in err
+
+
+class _SilentServer(BaseHTTPRequestHandler):
+    """Takes the request, then sends no headers (`stall_after` None) or stops after a first
+    event (`stall_after` the bytes sent), holding the connection open."""
+
+    stall_after: bytes | None = None
+    release = threading.Event()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.stall_after is not None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(self.stall_after)
+            self.wfile.flush()
+        type(self).release.wait(30)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("stall_after", "waited"),
+    [(None, "STREAM_HEADERS_S"), (_chunk({"content": "half"}), "STREAM_STALL_S")],
+    ids=["no-headers", "stalls-mid-answer"],
+)
+def test_chat_gives_up_on_a_silent_server(
+    cli: CliRunner,
+    isolated_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stall_after: bytes | None,
+    waited: str,
+) -> None:
+    from sm120.server import transport
+
+    # Both bounds shortened so the test is quick; each is the one that must end the wait.
+    monkeypatch.setattr(transport, "STREAM_HEADERS_S", 0.5 if waited == "STREAM_HEADERS_S" else 9)
+    monkeypatch.setattr(transport, "STREAM_STALL_S", 0.5 if waited == "STREAM_STALL_S" else 9)
+    fields = {"stall_after": stall_after, "release": threading.Event()}
+    handler = cast(type[_SilentServer], type("Handler", (_SilentServer,), fields))
+    with LoopbackServer(handler) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        _deployment_at(isolated_home, port)
+        started = time.monotonic()
+        code, _, err = invoke(cli, "chat", "hello")
+        elapsed = time.monotonic() - started
+        handler.release.set()
+    assert elapsed < 5
+    assert code == 2
+    assert one_line_error(err).startswith(
+        f"Error: /v1/chat/completions on http://127.0.0.1:{port} did not answer"
+    )
 
 
 def test_chat_takes_a_well_formed_stream(cli: CliRunner, bad_server: type[_BadServer]) -> None:
