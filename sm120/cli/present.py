@@ -131,7 +131,10 @@ def show_plan(checked: CheckedPlan) -> None:
         f"  dir: {plan.model_dir or '(hub cache)'}"
     )
     endpoint = http_url(plan.host, plan.port, "/v1")
-    console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
+    # Printed as text, not markup: "[fe80::1%25eth0]" would read as a rich tag and vanish.
+    console.print(
+        f"endpoint  {endpoint}  model={plan.model.served_name}", markup=False, highlight=False
+    )
     console.print(
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )

@@ -254,6 +254,24 @@ BAD_RECIPES = [
         id="300-character-name",
     ),
     pytest.param(
+        TINY.replace("size_gb: 0.002", "size_gb: .inf", 1),
+        "{path}: model.size_gb: Input should be a finite number (hint: fix the value in the "
+        "recipe)",
+        id="infinite-size",
+    ),
+    pytest.param(
+        TINY.replace("size_gb: 0.002", "size_gb: -5", 1),
+        "{path}: model.size_gb: Input should be greater than or equal to 0 (hint: fix the value "
+        "in the recipe)",
+        id="negative-size",
+    ),
+    pytest.param(
+        TINY.replace("  gpus: 0\n", "  gpus: 18446744073709551616\n", 1),
+        "{path}: hardware.gpus: Input should be less than or equal to 64 (hint: fix the value in "
+        "the recipe)",
+        id="2**64-gpus",
+    ),
+    pytest.param(
         b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe binary",
         "recipe {path} is not UTF-8 text (byte 0) (hint: a recipe is a small UTF-8 YAML file; "
         "see recipes/ for examples)",
@@ -1185,3 +1203,124 @@ def test_a_key_file_pointer_to_a_device_or_fifo_is_no_key(silent_fifo: Path, tar
     started = time.monotonic()
     assert read_api_key(str(silent_fifo) if target == "fifo" else target) is None
     assert time.monotonic() - started < 2
+
+
+# --- one validation of numbers and names: plan, --set, launch --dry-run, service -----------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("tensor-parallel-size=0", "S04: tensor-parallel-size must be at least 1, got 0"),
+        (
+            "gpu-memory-utilization=7",
+            "S05: gpu-memory-utilization must be in (0, 1], got 7.0; the seeds use 0.80-0.95",
+        ),
+    ],
+)
+def test_plan_refuses_what_launch_refuses(cli: CliRunner, assignment: str, message: str) -> None:
+    code, out, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--set", assignment)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: {message} (hint: 'sm120 launch' refuses the same value; fix it and plan again)",
+    )
+
+
+_SET_HINT = "check the --set / .env value"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        (
+            "model.dims.num_hidden_layers=1000000000",
+            "model.dims.num_hidden_layers: Input should be less than or equal to 1024",
+        ),
+        ("model.weights_gib=inf", "model.weights_gib: Input should be a finite number"),
+        ("model.weights_gib=nan", "model.weights_gib: Input should be a finite number"),
+        (
+            "model.dims.head_dim=99999999999",
+            "model.dims: Value error, head_dim is 99999999999; numbers must be below 2**31",
+        ),
+        ("hardware.gpus=18446744073709551616", "hardware.gpus: Input should be less than or "
+         "equal to 64"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["plan", "launch"])
+def test_set_numbers_are_refused_fast(
+    cli: CliRunner, assignment: str, message: str, command: str
+) -> None:
+    args = (
+        ["plan", "glm52", "--gpus", "4"] if command == "plan" else ["launch", "glm52", "--dry-run"]
+    )
+    started = time.monotonic()
+    code, _, err = invoke(cli, *args, "--set", assignment)
+    # A billion layers ran for over a minute, growing memory, before the bound.
+    assert time.monotonic() - started < 3
+    assert (code, one_line_error(err)) == (2, f"Error: {message} (hint: {_SET_HINT})")
+
+
+_SERVED_RULE = "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$'"
+
+
+@pytest.mark.parametrize("served", ["a;id", "a\nb", "", "a" * 100_000, "-x", "a b"])
+def test_launch_dry_run_refuses_bad_served_names(cli: CliRunner, served: str) -> None:
+    started = time.monotonic()
+    code, _, err = invoke(
+        cli, "launch", "tiny", "--dry-run", "--set", f"model.served_name={served}"
+    )
+    assert time.monotonic() - started < 3
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: model.served_name: {_SERVED_RULE} (hint: {_SET_HINT})",
+    )
+
+
+@pytest.mark.parametrize("name", ["a;id", "a\nb", "", "-x"])
+def test_launch_dry_run_refuses_bad_deployment_names(cli: CliRunner, name: str) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--name", name)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: invalid deployment name {name!r} (hint: use letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit)",
+    )
+
+
+@pytest.mark.parametrize("host", ["256.1.1.1", "1.2.3.4.5", "10.0.0.999"])
+@pytest.mark.parametrize("command", ["launch", "service"])
+def test_hosts_that_look_like_bad_addresses(cli: CliRunner, host: str, command: str) -> None:
+    args = ["launch", "tiny", "--dry-run"] if command == "launch" else ["service", "print", "tiny"]
+    code, out, err = invoke(cli, *args, "--host", host)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --host {host!r} is not an IP address or host name (hint: use 127.0.0.1 (this "
+        "machine only, the default) or 0.0.0.0 (every interface))",
+    )
+
+
+def test_an_ipv6_zone_id_renders_its_endpoint(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "launch", "tiny", "--dry-run", "--host", "fe80::1%lo")
+    assert code == 0
+    assert "endpoint  http://[fe80::1%25lo]:8000/v1  model=tiny" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--timeout", "-5"), "--timeout must be 1 or more, got -5 (hint: seconds to wait for "
+         "READY, e.g. --timeout 3600)"),
+        (("--port", "0"), "--port must be 1 or more, got 0 (hint: use a port from 1 to 65535, "
+         "e.g. 8000)"),
+        (("--gate", "nonsense"), "no gate suite 'nonsense' (hint: suites: core, long, "
+         "multiturn, tools)"),
+        (("--name", "a;b"), "invalid deployment name 'a;b' (hint: use letters, digits, '.', '_' "
+         "or '-', starting with a letter or digit)"),
+    ],
+)  # fmt: skip
+def test_service_print_refuses_what_launch_refuses(
+    cli: CliRunner, args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = invoke(cli, "service", "print", "tiny", *args)
+    assert (code, out, one_line_error(err)) == (2, "", f"Error: {message}")
