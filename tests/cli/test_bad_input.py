@@ -1324,3 +1324,81 @@ def test_service_print_refuses_what_launch_refuses(
 ) -> None:
     code, out, err = invoke(cli, "service", "print", "tiny", *args)
     assert (code, out, one_line_error(err)) == (2, "", f"Error: {message}")
+
+
+# --- writes: no device, FIFO or link replaced; read-only commands change nothing --------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_doctor_report_never_replaces_what_is_not_a_regular_file(
+    cli: CliRunner, tmp_path: Path, kind: str
+) -> None:
+    # A FIFO stands in for /dev/full: as root, temp file + rename once replaced the device.
+    target = tmp_path / "report.md"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "link":
+        (tmp_path / "elsewhere.md").write_text("keep me")
+        target.symlink_to(tmp_path / "elsewhere.md")
+    else:
+        target.mkdir()
+    shown = {"fifo": "a device, FIFO or socket", "link": "a link", "folder": "a folder"}[kind]
+    code, _, err = invoke(cli, "doctor", "--report", str(target))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {target} is {shown}, not a regular file: sm120 will not replace it "
+        "(hint: name a new or regular file to write)",
+    )
+    if kind == "link":
+        assert target.is_symlink() and (tmp_path / "elsewhere.md").read_text() == "keep me"
+
+
+def _shared_home_with_a_linked_deployment(home: Path, outside: Path) -> None:
+    from tests.deploy.test_stop_safety import state_document
+
+    outside.mkdir(mode=0o755)
+    outside.chmod(0o755)
+    home.mkdir(mode=0o755, exist_ok=True)
+    home.chmod(0o755)
+    (home / "deployments").mkdir(mode=0o755)
+    (home / "deployments").chmod(0o755)
+    document = state_document(home / "deployments" / "demo")
+    (outside / "state.json").write_text(json.dumps(document))
+    (home / "deployments" / "demo").symlink_to(outside)
+
+
+def _modes(*roots: Path) -> dict[str, int]:
+    return {
+        str(path): path.lstat().st_mode
+        for root in roots
+        for path in [root, *sorted(root.rglob("*"))]
+    }
+
+
+def test_status_changes_nothing_in_a_shared_home(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    _shared_home_with_a_linked_deployment(isolated_home, outside)
+    before = _modes(isolated_home, outside)
+    for args in (("status",), ("status", "--json"), ("gateway", "status"), ("gateway", "stop")):
+        code, _, err = invoke(cli, *args)
+        assert code == 0, err
+    # No chmod of the home, of the deployments folder or through the link; no new folder.
+    assert _modes(isolated_home, outside) == before
+
+
+def test_stop_refuses_a_deployment_folder_linked_out_of_the_state_tree(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    _shared_home_with_a_linked_deployment(isolated_home, outside)
+    link = isolated_home / "deployments" / "demo"
+    code, _, err = invoke(cli, "stop", "demo")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {link} is a link to {outside}, outside sm120's state folder {isolated_home} "
+        f"(hint: remove the link (rm {link}); sm120 makes its own folders there)",
+    )
+    assert sorted(p.name for p in outside.iterdir()) == ["state.json"]
+    assert outside.stat().st_mode & 0o777 == 0o755
