@@ -254,6 +254,12 @@ BAD_RECIPES = [
         id="300-character-name",
     ),
     pytest.param(
+        _recipe_line("? [a, b]\n  : 1"),
+        f"{{path}}: line {_INJECTED_LINE}: a key that is a list or mapping (hint: keys are "
+        "plain names, e.g. max-model-len)",
+        id="list-as-key",
+    ),
+    pytest.param(
         TINY.replace("size_gb: 0.002", "size_gb: .inf", 1),
         "{path}: model.size_gb: Input should be a finite number (hint: fix the value in the "
         "recipe)",
@@ -1402,3 +1408,46 @@ def test_stop_refuses_a_deployment_folder_linked_out_of_the_state_tree(
     )
     assert sorted(p.name for p in outside.iterdir()) == ["state.json"]
     assert outside.stat().st_mode & 0o777 == 0o755
+
+
+_CSV_HEADER = "index, name, compute_cap, memory.total [MiB], memory.used [MiB]\n"
+_PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (f"0, {_PRO6000}, 12.0, 99999999999999999999 MiB, 5 MiB",
+         "99,999,999,999,999,999,999 MiB of memory"),
+        (f"0, {_PRO6000}, 12.0, 0 MiB, 0 MiB", "0 MiB of memory"),
+        (f"0, {_PRO6000}, 12.0, 97887 MiB, 99999999 MiB", "99,999,999 MiB used of 97,887 MiB"),
+        (f"0, {_PRO6000}, 999.0, 97887 MiB, 5 MiB", "compute capability 999.0"),
+    ],
+)  # fmt: skip
+def test_from_with_absurd_gpu_rows_is_refused(
+    cli: CliRunner, tmp_path: Path, row: str, problem: str
+) -> None:
+    # Once read as "nothing blocks": a verdict about no machine at all.
+    path = tmp_path / "gpus.csv"
+    path.write_text(_CSV_HEADER + row + "\n")
+    code, out, err = invoke(cli, "doctor", "tiny", "--from", str(path))
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --from: {path} shows GPU0 with {problem}, which no GPU reports "
+        f"(hint: {_FROM_HINT})",
+    )
+
+
+def test_metrics_with_nan_or_infinity_read_as_no_reading() -> None:
+    from sm120.monitor.metrics import parse_metrics
+
+    page = (
+        'vllm:num_requests_running{model_name="t"} NaN\n'
+        'vllm:num_requests_waiting{model_name="t"} +Inf\n'
+        'vllm:kv_cache_usage_perc{model_name="t"} -Inf\n'
+        'vllm:generation_tokens_total{model_name="t"} 12\n'
+    )
+    snapshot = parse_metrics(page, at=0.0, mono=0.0)
+    assert (snapshot.running, snapshot.waiting, snapshot.kv_usage) == (None, None, None)
+    assert snapshot.counters == {"generation_tokens": 12.0}
