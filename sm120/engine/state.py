@@ -72,6 +72,11 @@ def private_dir(path: Path) -> Path:
     """Create path as 0700, and so each missing folder from sm120's home down to it: the
     state tree holds API keys, logs with prompts, and what `stop` acts on."""
     home = sm120_home()
+    if home.exists() and not home.is_dir():
+        raise StateError(
+            f"SM120_HOME {home} is a file, not a folder",
+            hint="point SM120_HOME at a folder (or unset it for ~/.local/state/sm120)",
+        )
     ours = [folder for folder in (*reversed(path.parents), path) if folder.is_relative_to(home)]
     if not ours:
         path.mkdir(parents=True, exist_ok=True)

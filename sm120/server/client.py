@@ -329,7 +329,7 @@ def _parse_completion(data: Mapping[str, Any], total_s: float) -> ChatResult:
 def _decode_chunk(payload: str, mask: Callable[[str], str]) -> dict[str, Any]:
     try:
         chunk = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # deeply nested arrays
         raise BadServerResponse(
             f"the stream sent a line that is not JSON: {mask(payload[:120])}"
         ) from None

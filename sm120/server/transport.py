@@ -295,7 +295,7 @@ def json_object(response: httpx.Response, path: str) -> dict[str, Any]:
     """The response body as a JSON object, or a one-line error naming the path."""
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         raise BadServerResponse(f"{path} answered with a body that is not JSON") from None
     if not isinstance(data, dict):
         raise BadServerResponse(f"{path} answered with JSON that is not an object")
@@ -306,7 +306,7 @@ def error_text(response: httpx.Response) -> str:
     """What an error answer says, in at most 200 characters."""
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         return response.text.strip()[:200] or response.reason_phrase
     if isinstance(data, dict):
         return stream_error(data) or str(data.get("message") or data.get("detail") or data)[:200]

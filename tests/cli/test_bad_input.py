@@ -1451,3 +1451,69 @@ def test_metrics_with_nan_or_infinity_read_as_no_reading() -> None:
     snapshot = parse_metrics(page, at=0.0, mono=0.0)
     assert (snapshot.running, snapshot.waiting, snapshot.kv_usage) == (None, None, None)
     assert snapshot.counters == {"generation_tokens": 12.0}
+
+
+def test_a_home_that_is_a_file_is_one_line(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("")
+    monkeypatch.setenv("SM120_HOME", str(home))
+    code, _, err = invoke(cli, "gateway", "start", "--port", "18932")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: SM120_HOME {home} is a file, not a folder (hint: point SM120_HOME at a folder "
+        "(or unset it for ~/.local/state/sm120))",
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ('{"returncode": 0, "signal": null, "ended_at": NaN}',
+         "'ended_at' must be a time in seconds since 1970"),
+        ('{"returncode": 0, "signal": null, "ended_at": 1e400}',
+         "'ended_at' must be a time in seconds since 1970"),
+        ('{"returncode": 0, "signal": null, "ended_at": ' + "9" * 400 + "}",
+         "'ended_at' must be a time in seconds since 1970"),
+        ("[" * 30_000 + "]" * 30_000, "maximum recursion depth exceeded while decoding a JSON "
+         "array from a unicode string"),
+        ("fifo", "it is not a regular file"),
+    ],
+    ids=["nan", "inf", "400-digits", "nested", "fifo"],
+)  # fmt: skip
+def test_an_exit_record_that_is_no_time_is_one_line(
+    cli: CliRunner, isolated_home: Path, record: str, problem: str
+) -> None:
+    from tests.deploy.test_stop_safety import state_document, write_state
+
+    folder = isolated_home / "deployments" / "demo"
+    write_state(state_document(folder))
+    exit_file = folder / "exit.json"
+    if record == "fifo":
+        os.mkfifo(exit_file)
+    else:
+        exit_file.write_text(record)
+    started = time.monotonic()
+    code, _, err = invoke(cli, "status", "demo")
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: exit record {exit_file} is unusable: {problem} (hint: delete {exit_file}; "
+        "status then goes by the processes alone)",
+    )
+
+
+def test_a_deeply_nested_answer_is_one_line(cli: CliRunner, bad_server: type[_BadServer]) -> None:
+    bad_server.content_type = "application/json"
+    bad_server.answer = staticmethod(lambda: iter([b"[" * 100_000 + b"]" * 100_000]))
+    code, _, err = invoke(cli, "chat", "hello", "--no-stream")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: /v1/chat/completions answered with a body that is not JSON",
+    )
+    bad_server.content_type = "text/event-stream"
+    bad_server.answer = staticmethod(lambda: iter([b"data: " + b"[" * 100_000 + b"\n\n"]))
+    code, _, err = invoke(cli, "chat", "hello")
+    assert code == 2
+    assert one_line_error(err).startswith("Error: the stream sent a line that is not JSON: [[[")
