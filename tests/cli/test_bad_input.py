@@ -1517,3 +1517,25 @@ def test_a_deeply_nested_answer_is_one_line(cli: CliRunner, bad_server: type[_Ba
     code, _, err = invoke(cli, "chat", "hello")
     assert code == 2
     assert one_line_error(err).startswith("Error: the stream sent a line that is not JSON: [[[")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_log_pointer_to_a_device_or_fifo_is_one_line(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path, target: str
+) -> None:
+    from tests.deploy.test_stop_safety import state_document, write_state
+
+    log = target
+    if target == "fifo":
+        log = str(tmp_path / "log-fifo")
+        os.mkfifo(log)
+    write_state(state_document(isolated_home / "deployments" / "demo", log_path=log))
+    started = time.monotonic()
+    code, _, err = invoke(cli, "logs", "--name", "demo", "-n", "5")
+    # The FIFO blocked the open forever, /dev/zero the read.
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: log {log} is not a regular file (hint: sm120 writes its logs itself; remove "
+        "what is at that path, or the state naming it)",
+    )
