@@ -1539,3 +1539,38 @@ def test_a_log_pointer_to_a_device_or_fifo_is_one_line(
         f"Error: log {log} is not a regular file (hint: sm120 writes its logs itself; remove "
         "what is at that path, or the state naming it)",
     )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OverflowError("cannot convert float infinity to integer"),
+        ZeroDivisionError("integer modulo by zero"),
+        RecursionError("maximum recursion depth exceeded"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        TypeError("unhashable type: 'list'"),
+        IsADirectoryError(21, "Is a directory"),
+        FileExistsError(17, "File exists"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_unforeseen_error_from_input_is_one_line_not_a_traceback(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    # The net under every command: a kind of input no check foresaw still ends in one line
+    # that says how to see where (SM120_DEBUG=1), never in a traceback.
+    from sm120.recipe import loader
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(loader, "load_recipe", fail)
+    code, out, err = invoke(cli, "plan", "tiny", "--gpus", "1")
+    detail = " ".join(str(error).split())
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: sm120 could not handle this input ({type(error).__name__}: {detail}) (hint: "
+        "check the values given; SM120_DEBUG=1 shows where it failed (please report it))",
+    )
+    assert "Traceback" not in err
