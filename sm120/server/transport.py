@@ -135,11 +135,34 @@ class Connection:
 
 
 def server_root(base_url: str) -> str:
-    """Accept http://host:port, http://host:port/ or http://host:port/v1."""
-    root = base_url.strip().rstrip("/")
+    """Accept http://host:port, http://host:port/ or http://host:port/v1; anything else that
+    is not an http(s) URL with a host and a valid port is one line, before any request."""
+    root = base_url.strip()
     if "://" not in root:
         root = f"http://{root}"
-    return root.removesuffix("/v1")
+    root = root.rstrip("/").removesuffix("/v1")
+    _check_url(root, base_url)
+    return root
+
+
+class BadUrl(ServerClientError):
+    """A server address that is no http(s) URL."""
+
+
+def _check_url(root: str, given: str) -> None:
+    shown = given if len(given) <= 80 else given[:77] + "..."
+    try:
+        url = httpx.URL(root)
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise BadUrl(f"{shown!r} is not a URL ({exc})", _URL_HINT) from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise BadUrl(f"{shown!r} is not an http(s) URL with a host", _URL_HINT)
+    if port is not None and not 1 <= port <= 65535:
+        raise BadUrl(f"{shown!r} names port {port}, outside 1-65535", _URL_HINT)
+
+
+_URL_HINT = "give the server's address, e.g. http://127.0.0.1:8000"
 
 
 def bounded_request(http: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:

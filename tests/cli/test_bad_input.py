@@ -1574,3 +1574,23 @@ def test_an_unforeseen_error_from_input_is_one_line_not_a_traceback(
         "check the values given; SM120_DEBUG=1 shows where it failed (please report it))",
     )
     assert "Traceback" not in err
+
+
+_URL_HINT = "give the server's address, e.g. http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://[::1", "'http://[::1' is not a URL (Invalid port: ':1')"),
+        ("http://x:99999", "'http://x:99999' names port 99999, outside 1-65535"),
+        ("ht!tp://x", "'ht!tp://x' is not an http(s) URL with a host"),
+        ("http://", "'http://' is not an http(s) URL with a host"),
+        ("ftp://x", "'ftp://x' is not an http(s) URL with a host"),
+    ],
+)
+@pytest.mark.parametrize("command", ["test", "bench"])
+def test_malformed_urls_are_one_line(cli: CliRunner, url: str, message: str, command: str) -> None:
+    args = ["test", "core"] if command == "test" else ["bench"]
+    code, _, err = invoke(cli, *args, "--url", url)
+    assert (code, one_line_error(err)) == (2, f"Error: {message} (hint: {_URL_HINT})")
