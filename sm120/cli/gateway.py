@@ -103,7 +103,7 @@ def stop() -> None:
     from sm120.gateway.control import stop_gateway
     from sm120.gateway.files import gateway_files
 
-    pid = stop_gateway(gateway_files())
+    pid = stop_gateway(gateway_files(create=False))
     typer.echo("no gateway was running" if pid is None else f"stopped the gateway (pid {pid})")
 
 
@@ -114,5 +114,5 @@ def status(as_json: bool = typer.Option(False, "--json", help="JSON on stdout.")
     from sm120.gateway.control import gateway_status
     from sm120.gateway.files import gateway_files
 
-    current = gateway_status(gateway_files())
+    current = gateway_status(gateway_files(create=False))
     typer.echo(json.dumps(current.as_dict(), indent=2) if as_json else current.describe())

@@ -54,7 +54,7 @@ def status(
     states = [find_deployment(name)] if name else list_states()
     rows = [describe(state) for state in states]
     # The gateway is listed with every deployment, and only while it runs.
-    gateway = gateway_status(gateway_files()) if not name else None
+    gateway = gateway_status(gateway_files(create=False)) if not name else None
     if as_json:
         extra = [gateway.as_dict()] if gateway and gateway.running else []
         typer.echo(json.dumps(rows + extra, indent=2))

@@ -47,6 +47,7 @@ def plan(
     from sm120.plan.fit.recommend import build_report, mxfp4_weights_gib, report_document
     from sm120.plan.request import plan_request
     from sm120.plan.resolve import resolve
+    from sm120.plan.rules import value_problems
     from sm120.recipe.loader import load_recipe
 
     if model_dir is not None and not Path(model_dir).expanduser().is_dir():
@@ -59,6 +60,9 @@ def plan(
         recipe, environ=os.environ, variants=variant, sets=sets, model_dir=model_dir
     )
     launch_plan = resolve(request, loaded)
+    problems = value_problems(launch_plan)
+    if problems:
+        raise PlanError(problems[0], "'sm120 launch' refuses the same value; fix it and plan again")
     dims = load_dims(launch_plan.model.dims, launch_plan.model.weights_gib, launch_plan.model_dir)
     spec = build_spec(launch_plan, dims, gpus, gpu_mem_gib, kv_memory_gib, max_model_len)
     tp, dcp = planned_layout(launch_plan)

@@ -156,7 +156,10 @@ def show_plan(checked: CheckedPlan) -> None:
     if other := _other_checkpoint(plan):
         console.print(f"          [bold]another checkpoint[/bold] than the default's ({other})")
     endpoint = http_url(plan.host, plan.port, "/v1")
-    console.print(f"endpoint  {endpoint}  model={plan.model.served_name}")
+    # Printed as text, not markup: "[fe80::1%25eth0]" would read as a rich tag and vanish.
+    console.print(
+        f"endpoint  {endpoint}  model={plan.model.served_name}", markup=False, highlight=False
+    )
     for line in protocol_lines(plan.engine, plan.image.engine_version):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(

@@ -37,18 +37,28 @@ def register(root: typer.Typer) -> None:
 
 
 def _launch_params(recipe: str, args: list[str]) -> dict[str, Any]:
-    """What `sm120 launch RECIPE ARGS` would parse ARGS into; its errors, as one line."""
+    """What `sm120 launch RECIPE ARGS` would parse ARGS into; its errors, as one line. The
+    values pass launch's own checks too (ranges, host, gate suites): a unit must never carry
+    options that `sm120 launch` would refuse when systemd starts it."""
+    from sm120.cli.bounds import check_options, numeric_options
     from sm120.cli.launch import launch
     from sm120.core.errors import SM120Error
+    from sm120.core.net import check_host
+    from sm120.deploy.gate import gate_request
     from sm120.deploy.service import refuse_uncarried
 
     refuse_uncarried([arg.split("=", 1)[0] for arg in args if arg.startswith("-")])
     command = typer.main.get_command(_single(launch))
     try:
         with command.make_context("launch", [recipe, *args]) as context:
-            return dict(context.params)
+            params = dict(context.params)
     except typer.exceptions.TyperException as exc:  # click's usage errors, as typer ships it
         raise SM120Error(f"not a launch option: {exc}", "see 'sm120 launch --help'") from None
+    check_options(launch.__name__, numeric_options(launch), params)
+    if params.get("host") is not None:
+        check_host(params["host"])
+    gate_request(params["gate"], params["keep_on_fail"], params["gate_max_tokens"])
+    return params
 
 
 def _single(function: Any) -> typer.Typer:

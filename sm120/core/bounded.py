@@ -2,12 +2,18 @@
 
 `st_size` is 0 for devices, FIFOs and /proc files, so a size check before reading lets
 `/dev/zero` through; every reader of a file a user hands us reads at most `limit + 1` bytes
-and refuses the rest with one line.
+and refuses the rest with one line. It is bounded in time too: the file is opened without
+blocking (opening a FIFO nobody writes to waits forever otherwise) and anything but a
+regular file is read against a deadline of PIPE_WAIT_S.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -16,6 +22,9 @@ from sm120.core.errors import SM120Error
 
 MIB = 1 << 20
 BLOCK_BYTES = 1 << 16
+# How long a FIFO or device may take to deliver all it has: `--from <(ssh box nvidia-smi)`
+# needs a few seconds, a FIFO nobody writes to would otherwise be waited on forever.
+PIPE_WAIT_S = 30.0
 
 
 class InputTooLarge(SM120Error):
@@ -33,17 +42,71 @@ def size_words(limit: int) -> str:
 
 
 def read_capped(path: Path, limit: int, what: str, hint: str) -> bytes:
-    """The bytes of `path`, or InputTooLarge once more than `limit` were read."""
+    """The bytes of `path`, or InputTooLarge once more than `limit` were read; a FIFO or
+    device that has not ended within PIPE_WAIT_S is refused too."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+        fd = open_nonblocking(path)
     except IsADirectoryError:
         raise SM120Error(f"{what} {path} is a folder, not a file", hint) from None
     except OSError as exc:
         raise SM120Error(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise SM120Error(f"{what} {path} is a folder, not a file", hint)
+        data = _read_fd(fd, limit + 1, time.monotonic() + PIPE_WAIT_S)
+    except TimeoutError:
+        raise SM120Error(
+            f"{what} {path} did not end within {PIPE_WAIT_S:g} s (a FIFO or device?)", hint
+        ) from None
+    except OSError as exc:
+        raise SM120Error(f"cannot read {what} {path}: {exc.strerror or exc}", hint) from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise InputTooLarge(f"{what} {path} is larger than {size_words(limit)}", hint)
     return data
+
+
+def open_nonblocking(path: Path) -> int:
+    """A read-only descriptor of `path`, opened without waiting for a FIFO's writer; a
+    regular file is switched back to blocking reads (they never wait long)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.set_blocking(fd, True)
+    return fd
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether `path` (its final target) is a regular file; never blocks, never raises."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _read_fd(fd: int, most: int, deadline: float) -> bytes:
+    """Up to `most` bytes; a descriptor that is not a regular file is polled against
+    `deadline` (TimeoutError past it), so neither a silent FIFO nor a trickle holds us."""
+    if os.get_blocking(fd):
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(most)
+    parts: list[bytes] = []
+    size = 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    while size < most:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            raise TimeoutError
+        try:
+            block = os.read(fd, min(BLOCK_BYTES, most - size))
+        except BlockingIOError:
+            continue
+        if not block:
+            break
+        parts.append(block)
+        size += len(block)
+    return b"".join(parts)
 
 
 def decode_text(data: bytes, label: str, hint: str) -> str:

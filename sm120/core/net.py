@@ -29,7 +29,13 @@ def check_host(host: str, where: str = "--host") -> str:
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if _ip(bare) is not None:
         return bare
-    if len(bare) <= 253 and all(_LABEL.match(label) for label in bare.split(".")):
+    labels = bare.split(".")
+    # A name's last label is never all digits (RFC 1123): 256.1.1.1 is a bad address.
+    if (
+        len(bare) <= 253
+        and all(_LABEL.match(label) for label in labels)
+        and not (labels[-1].isdigit())
+    ):
         return bare
     shown = host if len(host) <= 60 else host[:57] + "..."
     raise HostError(f"{where} {shown!r} is not an IP address or host name", HOST_HINT)
@@ -74,14 +80,18 @@ def reachable_host(host: str) -> str:
 
 
 def http_url(host: str, port: int, path: str = "") -> str:
-    """http://HOST:PORT/PATH with an IPv6 address in brackets, as URLs need it."""
-    shown = f"[{host}]" if is_ipv6(host) else host
+    """http://HOST:PORT/PATH with an IPv6 address in brackets, as URLs need it, and the
+    `%` before a zone id written `%25` (RFC 6874: http://[fe80::1%25eth0]:8000)."""
+    shown = f"[{host.replace('%', '%25')}]" if is_ipv6(host) else host
     return f"http://{shown}:{port}{path}"
 
 
 def client_url(host: str, port: int, path: str = "") -> str:
-    """The URL a client on this machine uses for a server bound to host."""
-    return http_url(reachable_host(host), port, path)
+    """The URL a client on this machine uses for a server bound to host. httpx hands the
+    host to the resolver as written, so a zone id keeps its bare `%` here."""
+    reached = reachable_host(host)
+    shown = f"[{reached}]" if is_ipv6(reached) else reached
+    return f"http://{shown}:{port}{path}"
 
 
 def exposure_warning(host: str) -> str | None:
@@ -90,6 +100,6 @@ def exposure_warning(host: str) -> str | None:
         return None
     return (
         f"binding to {host}: other machines can reach this server; /v1 needs the API key, "
-        "but vLLM answers /metrics, /health, /tokenize and its other routes without one "
-        "(README: Security)"
+        "but vLLM answers /invocations (a whole chat answer), /metrics, /tokenize and its other "
+        "routes without one (README: Security)"
     )

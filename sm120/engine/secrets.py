@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from sm120.core.bounded import is_regular_file
 from sm120.core.errors import SM120Error
 from sm120.engine.state import deployment_dir, write_private_atomically
 
@@ -35,10 +36,20 @@ def check_api_key(key: str) -> str:
     return key
 
 
+# A key is a few dozen characters; a pointer to /dev/zero or a FIFO must not hold us.
+MAX_KEY_BYTES = 4096
+
+
 def read_api_key(path: str | None) -> str | None:
-    if not path:
+    """The key in the file a state file points at; None when there is no readable key there
+    (a FIFO, a device or a huge file is no key file)."""
+    if not path or not is_regular_file(Path(path)):
         return None
     try:
-        return Path(path).read_text(encoding="utf-8").strip() or None
+        with Path(path).open("rb") as handle:
+            data = handle.read(MAX_KEY_BYTES + 1)
     except OSError:
         return None
+    if len(data) > MAX_KEY_BYTES:
+        return None
+    return data.decode("utf-8", errors="replace").strip() or None

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ def check_deployment_name(name: str) -> str:
     return name
 
 
+def deployment_path(name: str) -> Path:
+    """Where a deployment's files are, made and tightened by nobody: for commands that only
+    read (status), in a SM120_HOME that may be shared."""
+    return deployments_root() / check_deployment_name(name)
+
+
 def deployment_dir(name: str) -> Path:
     path = deployments_root() / check_deployment_name(name)
     private_dir(path)
@@ -65,18 +72,37 @@ def private_dir(path: Path) -> Path:
     """Create path as 0700, and so each missing folder from sm120's home down to it: the
     state tree holds API keys, logs with prompts, and what `stop` acts on."""
     home = sm120_home()
+    if home.exists() and not home.is_dir():
+        raise StateError(
+            f"SM120_HOME {home} is a file, not a folder",
+            hint="point SM120_HOME at a folder (or unset it for ~/.local/state/sm120)",
+        )
     ours = [folder for folder in (*reversed(path.parents), path) if folder.is_relative_to(home)]
     if not ours:
         path.mkdir(parents=True, exist_ok=True)
         return path
     home.parent.mkdir(parents=True, exist_ok=True)
     for folder in ours:
+        _refuse_leaving_link(folder, home)
         folder.mkdir(mode=0o700, exist_ok=True)
         # Trees made by older versions (0755) are tightened as they are used.
         if folder.stat().st_mode & 0o077:
             with contextlib.suppress(PermissionError):
                 folder.chmod(0o700)
     return path
+
+
+def _refuse_leaving_link(folder: Path, home: Path) -> None:
+    """A folder of the state tree that is a link out of it would have sm120 chmod, write and
+    delete files somewhere it never made; a link within the tree is only another name."""
+    if folder == home or not folder.is_symlink():
+        return
+    target = folder.resolve()
+    if not target.is_relative_to(home.resolve()):
+        raise StateError(
+            f"{folder} is a link to {target}, outside sm120's state folder {home}",
+            hint=f"remove the link (rm {folder}); sm120 makes its own folders there",
+        )
 
 
 @dataclass
@@ -176,7 +202,10 @@ def save_state(state: DeploymentState) -> Path:
 
 
 def write_private_atomically(target: Path, text: str) -> None:
-    """Readers never see a half-written file: write a sibling temp file, then rename."""
+    """Readers never see a half-written file: write a sibling temp file, then rename. Only a
+    regular file (or nothing) is replaced: renaming over /dev/full or a FIFO would swap a
+    device for a file, and over a link would drop the link."""
+    _refuse_non_regular(target)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -190,6 +219,27 @@ def write_private_atomically(target: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp_name).unlink()
         raise
+
+
+def _refuse_non_regular(target: Path) -> None:
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StateError(f"cannot write {target}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a link"
+            if stat.S_ISLNK(mode)
+            else "a folder"
+            if stat.S_ISDIR(mode)
+            else ("a device, FIFO or socket")
+        )
+        raise StateError(
+            f"{target} is {kind}, not a regular file: sm120 will not replace it",
+            hint="name a new or regular file to write",
+        )
 
 
 def load_state(name: str) -> DeploymentState | None:

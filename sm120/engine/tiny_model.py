@@ -7,6 +7,7 @@ from pathlib import Path
 from sm120.core.errors import SM120Error
 from sm120.core.paths import sm120_home
 from sm120.engine.engine_env import Progress, stream_command
+from sm120.engine.state import private_dir
 
 # Run by path under the engine's Python: that interpreter has torch, sm120's does not.
 BUILDER_SCRIPT = Path(__file__).with_name("tiny_model_builder.py")
@@ -25,7 +26,7 @@ def ensure_tiny_model(engine_python: Path, dest: Path, progress: Progress) -> Pa
     if (dest / "config.json").is_file():
         return dest
     progress(f"building the tiny test model in {dest}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(dest.parent)  # models/ is 0700, as the rest of the state tree
     # -I: the builder's own directory (sm120/) must not shadow the engine's packages.
     argv = [str(engine_python), "-I", str(BUILDER_SCRIPT), str(dest)]
     try:

@@ -20,7 +20,7 @@ import httpx
 
 from sm120.core.errors import SM120Error
 from sm120.core.net import check_host, client_url, exposure_warning
-from sm120.core.pidlock import end_holder
+from sm120.core.pidlock import end_holder, lock_is_held
 from sm120.core.ports import ensure_port_free
 from sm120.engine.background import start_detached
 from sm120.gateway.aliases import as_table
@@ -104,6 +104,11 @@ def start_gateway(config: GatewayConfig, files: GatewayFiles) -> Started:
     if current.running:
         _same_address(current, config)
         return Started(current, True, None)
+    if lock_is_held(files.pid):
+        raise GatewayError(
+            f"another program holds the gateway's lock {files.pid}, and it is no gateway",
+            f"find it with 'fuser -v {files.pid}', end it, then start the gateway again",
+        )
     ensure_port_free(config.host, config.port)
     ensure_gateway_key(files)
     process = _spawn(config, files)

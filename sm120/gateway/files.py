@@ -8,6 +8,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sm120.core.bounded import is_regular_file
 from sm120.core.paths import sm120_home
 from sm120.core.pidlock import lock_holder
 from sm120.engine.secrets import read_api_key
@@ -40,8 +41,11 @@ class GatewayFiles:
         return self.root / "aliases.yaml"
 
 
-def gateway_files() -> GatewayFiles:
-    return GatewayFiles(private_dir(sm120_home() / "gateway"))
+def gateway_files(*, create: bool = True) -> GatewayFiles:
+    """The gateway's files; `create=False` for commands that only read (status, stop), which
+    must not make or chmod folders in a SM120_HOME that may be shared."""
+    folder = sm120_home() / "gateway"
+    return GatewayFiles(private_dir(folder) if create else folder)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | 
     pid = lock_holder(files.pid)
     if pid is None:
         return None
+    if not is_regular_file(files.address):
+        return pid, None
     try:
         data = json.loads(files.address.read_text(encoding="utf-8"))
         address = GatewayAddress(**data)

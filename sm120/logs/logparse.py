@@ -28,8 +28,10 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TextIO
 
+from sm120.core.bounded import is_regular_file
 from sm120.core.errors import SM120Error
 from sm120.logs import failures as failure_catalogue
 from sm120.logs.events import (
@@ -475,6 +477,13 @@ def open_log(path: str) -> TextIO:
         if hasattr(sys.stdin, "reconfigure"):
             sys.stdin.reconfigure(errors="replace")
         return sys.stdin
+    where = Path(path)
+    if where.exists() and not where.is_dir() and not is_regular_file(where):
+        # A FIFO nobody writes to blocks at open, /dev/zero never ends: a pipe goes on stdin.
+        raise LogReadError(
+            f"{path} is not a regular file",
+            hint="pipe a live log into '-' instead: docker logs -f NAME | sm120 logs parse -",
+        )
     try:
         return open(path, encoding="utf-8", errors="replace")  # the caller closes it
     except OSError as exc:

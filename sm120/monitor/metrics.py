@@ -14,6 +14,7 @@ Names moved between vLLM releases: KV usage is `vllm:kv_cache_usage_perc` today 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -121,6 +122,8 @@ def parse_metrics(
     for family in families:
         for sample in family.samples:
             name, value = sample.name, float(sample.value)
+            if not math.isfinite(value):
+                continue  # NaN or ±Inf: no reading (rates, percentages and int() break on it)
             if name in COUNTERS:
                 key = COUNTERS[name]
                 counters[key] = counters.get(key, 0.0) + value

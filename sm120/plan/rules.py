@@ -478,6 +478,23 @@ def evaluate(plan: LaunchPlan, hw: Hardware) -> list[RuleResult]:
     return results
 
 
+# The rules about the values alone, which need no hardware: `plan` refuses what they refuse
+# before it does any arithmetic on the values (tensor-parallel-size 0 would divide by zero,
+# gpu-memory-utilization 7 would plan seven GPUs' worth of KV cache).
+VALUE_RULES = ("S03", "S04", "S05")
+
+
+def value_problems(plan: LaunchPlan) -> list[str]:
+    """What the value rules find in `plan` (none of them forced), as one-line messages."""
+    hw = Hardware(gpus=plan.hardware.gpus, arch="", source="assumed")
+    return [
+        f"{item.id}: {message}"
+        for item in RULES
+        if item.id in VALUE_RULES and item.id not in plan.forced
+        for message in item.check(plan, hw)
+    ]
+
+
 def rule_ids() -> list[str]:
     return [r.id for r in RULES]
 

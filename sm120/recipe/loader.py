@@ -93,6 +93,12 @@ def _construct_unique_mapping(
 ) -> dict[Hashable, Any]:
     seen: set[Hashable] = set()
     for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            # `? [a, b]` or `? {a: 1}`: a list or mapping as a key, which no setting has.
+            raise RecipeError(
+                f"line {key_node.start_mark.line + 1}: a key that is a list or mapping",
+                "keys are plain names, e.g. max-model-len",
+            )
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise RecipeError(

@@ -8,6 +8,7 @@ checks names and values.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -32,8 +33,43 @@ ArgValue = Annotated[
 ]
 
 
+# Every number of a recipe, written or set with --set, fits in 32 bits: the engines keep
+# lengths and counts in int32 in places, and nothing sm120 plans for comes near (2**64 GPUs is
+# a typo, and arithmetic on it would overflow a float or run for minutes).
+INT32_MAX = 2**31 - 1
+# The deepest model a recipe describes: today's largest have under 200 layers. The planner
+# walks the layers, so a billion of them would run for minutes.
+MAX_LAYERS = 1024
+# The biggest machine sm120 plans for (as the CLI's --gpus): a few nodes of 8 GPUs each.
+MAX_GPUS = 64
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinity or NaN: they pass every comparison the wrong way and overflow int().
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _numbers_fit_in_32_bits(self) -> Any:
+        for name in type(self).model_fields:
+            for number in _numbers_in(getattr(self, name)):
+                if abs(number) > INT32_MAX:
+                    shown = f"{number:.3g}" if isinstance(number, float) else _digits(number)
+                    raise ValueError(f"{name} is {shown}; numbers must be below 2**31")
+        return self
+
+
+def _numbers_in(value: object) -> Iterator[int | float]:
+    """The numbers of a field: itself, or the items of a tuple or list (not nested models,
+    which check their own, nor engine arguments, which rule S04 checks per flag)."""
+    items = value if isinstance(value, tuple | list) else (value,)
+    for item in items:
+        if isinstance(item, int | float) and not isinstance(item, bool):
+            yield item
+
+
+def _digits(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 class ModelDims(Strict):
@@ -41,7 +77,9 @@ class ModelDims(Strict):
     fields mirror the checkpoint's config.json (which wins when --model-dir has one); the
     engine fields describe how the recipe's image lays the cache out."""
 
-    num_hidden_layers: int = Field(gt=0, description="config.json num_hidden_layers.")
+    num_hidden_layers: int = Field(
+        gt=0, le=MAX_LAYERS, description="config.json num_hidden_layers."
+    )
     num_attention_heads: int | None = Field(
         None, gt=0, description="config.json num_attention_heads (TP must divide it)."
     )
@@ -156,7 +194,13 @@ class ModelSource(Strict):
         description="Pinned commit of the repo. Null only when no public source names one "
         "(the recipe table then shows 'unpinned').",
     )
-    served_name: str = Field(description="Name clients use in the `model` field of requests.")
+    served_name: str = Field(
+        # What clients type and logs, URLs and unit files carry: no spaces, quotes, `;` or
+        # control characters, and short (a 100,000-character name once took a minute to show).
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
+        description="Name clients use in the `model` field of requests (letters, digits and "
+        "._:/@+-, at most 128 characters).",
+    )
     architecture: str = Field(description="HF architecture class, e.g. GlmMoeDsaForCausalLM.")
     attention: Literal[
         "full",
@@ -174,7 +218,7 @@ class ModelSource(Strict):
         "model in the planner yet."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
-    size_gb: float | None = Field(None, description="Size on disk in GB, for disk checks.")
+    size_gb: float | None = Field(None, ge=0, description="Size on disk in GB, for disk checks.")
     weights_gib: float | None = Field(
         None,
         gt=0,
@@ -258,8 +302,10 @@ class HardwareSpec(Strict):
     compute_caps: tuple[Literal["sm_120", "sm_121", "sm_100", "sm_90", "cpu"], ...] = Field(
         description="Compute capabilities the recipe is validated on."
     )
-    gpus: int = Field(ge=0, description="Number of GPUs the recipe uses (0 for CPU).")
-    gpu_memory_gib: float | None = Field(None, description="Memory per GPU it was validated with.")
+    gpus: int = Field(ge=0, le=MAX_GPUS, description="Number of GPUs the recipe uses (0 for CPU).")
+    gpu_memory_gib: float | None = Field(
+        None, gt=0, description="Memory per GPU it was validated with."
+    )
     interconnect: Literal["pcie", "nvlink", "network", "none"] = Field(
         "pcie", description="How the GPUs talk; PCIe-only boxes need NCCL_P2P_DISABLE (F10)."
     )

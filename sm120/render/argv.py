@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sm120.core.net import is_loopback
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import engine_flags
 from sm120.render.kv_tier import kv_tier_argv
@@ -71,4 +72,18 @@ def render_argv(
     ]
     for name, value in plan.args:
         argv += _flag_tokens(plan.engine, name, value)
-    return argv + kv_tier_argv(plan.kv_tier)
+    return argv + kv_tier_argv(plan.kv_tier) + _exposed_server_flags(plan)
+
+
+# vLLM's API key guards only /v1, /v2, /inference and /cohere; FastAPI's /docs, /redoc and
+# /openapi.json (a map of every open route) go with this flag. Added only when the plan's
+# address is reachable from other machines, so loopback renders (and their hashes) are as
+# they were; the routes that no flag closes are listed in the README's Security section.
+_EXPOSED_VLLM_FLAGS = ("disable-fastapi-docs",)
+
+
+def _exposed_server_flags(plan: LaunchPlan) -> list[str]:
+    if plan.engine != "vllm" or is_loopback(plan.host):
+        return []
+    given = {name for name, _ in plan.args}
+    return [f"--{name}" for name in _EXPOSED_VLLM_FLAGS if name not in given]

@@ -38,12 +38,14 @@ from sm120.server.transport import (
     ServerTimeout,
     ServerUnreachable,
     TransportWording,
+    allow_stalls,
     bounded_body,
     bounded_request,
     event_payloads,
     generation_options,
     json_object,
     stream_error,
+    stream_timeout,
 )
 
 # The client's API; the core's errors and bounded read come with it for its callers.
@@ -139,8 +141,11 @@ class ServerClient(Connection):
         stream = _StreamState(started=started, on_delta=on_delta)
         with (
             self._translated(CHAT_PATH),
-            self._http.stream("POST", CHAT_PATH, json=body) as response,
+            self._http.stream(
+                "POST", CHAT_PATH, json=body, timeout=stream_timeout(self._http.timeout)
+            ) as response,
         ):
+            allow_stalls(response, self._http.timeout)
             if response.status_code >= 400:
                 self._raise_for_status(bounded_body(response, CHAT_PATH), CHAT_PATH)
             for payload in event_payloads(response, CHAT_PATH, self._mask, until_done=True):
@@ -324,7 +329,7 @@ def _parse_completion(data: Mapping[str, Any], total_s: float) -> ChatResult:
 def _decode_chunk(payload: str, mask: Callable[[str], str]) -> dict[str, Any]:
     try:
         chunk = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # deeply nested arrays
         raise BadServerResponse(
             f"the stream sent a line that is not JSON: {mask(payload[:120])}"
         ) from None

@@ -25,6 +25,13 @@ from sm120.core.errors import SM120Error
 # must not grow the client without limit (a whole non-streamed answer; one stream line).
 MAX_BODY_BYTES = 32 * MIB
 MAX_EVENT_BYTES = 8 * MIB
+# A whole event stream, counted on the wire: an endless stream ends here, however it is cut.
+MAX_STREAM_BYTES = MAX_BODY_BYTES
+# A streamed answer is bounded in time too. vLLM and SGLang send the headers of an event stream
+# as soon as the request is accepted, so a server silent that long is not one; between bytes
+# the prefill of a long prompt may take minutes, a stall past STREAM_STALL_S is a wedged one.
+STREAM_HEADERS_S = 30.0
+STREAM_STALL_S = 300.0
 # What a line of an event stream may start with (https://html.spec.whatwg.org/#event-stream).
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
 _NOT_A_SERVER_HINT = "this is not what vLLM or SGLang send; check what listens on that port"
@@ -128,11 +135,34 @@ class Connection:
 
 
 def server_root(base_url: str) -> str:
-    """Accept http://host:port, http://host:port/ or http://host:port/v1."""
-    root = base_url.strip().rstrip("/")
+    """Accept http://host:port, http://host:port/ or http://host:port/v1; anything else that
+    is not an http(s) URL with a host and a valid port is one line, before any request."""
+    root = base_url.strip()
     if "://" not in root:
         root = f"http://{root}"
-    return root.removesuffix("/v1")
+    root = root.rstrip("/").removesuffix("/v1")
+    _check_url(root, base_url)
+    return root
+
+
+class BadUrl(ServerClientError):
+    """A server address that is no http(s) URL."""
+
+
+def _check_url(root: str, given: str) -> None:
+    shown = given if len(given) <= 80 else given[:77] + "..."
+    try:
+        url = httpx.URL(root)
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise BadUrl(f"{shown!r} is not a URL ({exc})", _URL_HINT) from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise BadUrl(f"{shown!r} is not an http(s) URL with a host", _URL_HINT)
+    if port is not None and not 1 <= port <= 65535:
+        raise BadUrl(f"{shown!r} names port {port}, outside 1-65535", _URL_HINT)
+
+
+_URL_HINT = "give the server's address, e.g. http://127.0.0.1:8000"
 
 
 def bounded_request(http: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -163,20 +193,56 @@ def bounded_body(response: httpx.Response, path: str) -> httpx.Response:
     )
 
 
+def stream_timeout(configured: httpx.Timeout) -> httpx.Timeout:
+    """The timeout to open a stream with: the headers come within STREAM_HEADERS_S (or the
+    client's own read timeout, when that is shorter)."""
+    return httpx.Timeout(_at_most(configured.read, STREAM_HEADERS_S), connect=configured.connect)
+
+
+def allow_stalls(response: httpx.Response, configured: httpx.Timeout) -> None:
+    """Once the headers came, wait up to STREAM_STALL_S (or the client's own read timeout,
+    when shorter) between bytes of the body. httpcore reads the request's timeout extension
+    when the body starts, so this takes effect there."""
+    timeouts = response.request.extensions.get("timeout")
+    if isinstance(timeouts, dict):
+        timeouts["read"] = _at_most(configured.read, STREAM_STALL_S)
+
+
+def _at_most(configured: float | None, bound: float) -> float:
+    return bound if configured is None else min(configured, bound)
+
+
 def event_lines(response: httpx.Response, path: str) -> Iterator[str]:
-    """The lines of an event stream, each bounded by MAX_EVENT_BYTES."""
-    partial = b""
+    """The lines of an event stream, each bounded by MAX_EVENT_BYTES and all of them together
+    by MAX_STREAM_BYTES. Each chunk is searched once, so a line sent a byte at a time costs
+    linear time, not quadratic."""
+    pieces: list[bytes] = []  # the line being read, not yet ended
+    pending = 0
+    total = 0
     for chunk in response.iter_bytes():
-        *complete, partial = (partial + chunk).split(b"\n")
-        for line in complete:
-            yield line.rstrip(b"\r").decode("utf-8", errors="replace")
-        if len(partial) > MAX_EVENT_BYTES:
+        total += len(chunk)
+        if total > MAX_STREAM_BYTES:
+            raise BadServerResponse(
+                f"{path} streamed more than {size_words(MAX_STREAM_BYTES)}", _NOT_A_SERVER_HINT
+            )
+        *complete, rest = chunk.split(b"\n")
+        for part in complete:
+            pieces.append(part)
+            yield _decoded_line(b"".join(pieces))
+            pieces, pending = [], 0
+        pieces.append(rest)
+        pending += len(rest)
+        if pending > MAX_EVENT_BYTES:
             raise BadServerResponse(
                 f"{path} streamed a line longer than {size_words(MAX_EVENT_BYTES)}",
                 _NOT_A_SERVER_HINT,
             )
-    if partial:
-        yield partial.rstrip(b"\r").decode("utf-8", errors="replace")
+    if pending:
+        yield _decoded_line(b"".join(pieces))
+
+
+def _decoded_line(raw: bytes) -> str:
+    return raw.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
 def event_payloads(
@@ -252,7 +318,7 @@ def json_object(response: httpx.Response, path: str) -> dict[str, Any]:
     """The response body as a JSON object, or a one-line error naming the path."""
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         raise BadServerResponse(f"{path} answered with a body that is not JSON") from None
     if not isinstance(data, dict):
         raise BadServerResponse(f"{path} answered with JSON that is not an object")
@@ -263,7 +329,7 @@ def error_text(response: httpx.Response) -> str:
     """What an error answer says, in at most 200 characters."""
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         return response.text.strip()[:200] or response.reason_phrase
     if isinstance(data, dict):
         return stream_error(data) or str(data.get("message") or data.get("detail") or data)[:200]

@@ -274,7 +274,7 @@ class Wire(Connection):
         for payload in payloads:
             try:
                 chunk = json.loads(payload)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # deeply nested arrays
                 exchange.error = f"the stream sent a line that is not JSON: {payload[:80]}"
                 return
             if not isinstance(chunk, dict):

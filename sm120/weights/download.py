@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlparse
 
 from sm120.core.errors import SM120Error
+from sm120.engine.state import private_dir
 from sm120.weights.download_record import (
     Manifest,
     RemoteFile,
@@ -483,7 +484,7 @@ def run_download(
     """Fetch what `plan` lacks. Ctrl-C stops the workers and keeps their bytes for next time."""
     events = events or QuietEvents()
     stop = stop or threading.Event()
-    plan.dest.mkdir(parents=True, exist_ok=True)
+    private_dir(plan.dest)  # under $SM120_HOME: models/ and each model 0700
     with download_lock(plan.dest), hub_log_notes(events, plan.source.token):
         _drop_stale_parts(plan)
         _check_disk_space(plan)

@@ -58,7 +58,7 @@ def read_header(path: Path) -> SafetensorsHeader:
         raw = handle.read(length)
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise HeaderError(f"header is not JSON ({exc.__class__.__name__})") from None
     if not isinstance(header, dict):
         raise HeaderError("header is not a JSON object")
@@ -179,7 +179,7 @@ def _safe_name(name: object) -> bool:
 def _index_map(folder: Path, problems: list[str]) -> dict[str, str] | None:
     try:
         index = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         problems.append(f"{INDEX_FILE}: not readable JSON ({exc.__class__.__name__})")
         return None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None

@@ -13,10 +13,11 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from typer.testing import CliRunner
@@ -253,6 +254,30 @@ BAD_RECIPES = [
         id="300-character-name",
     ),
     pytest.param(
+        _recipe_line("? [a, b]\n  : 1"),
+        f"{{path}}: line {_INJECTED_LINE}: a key that is a list or mapping (hint: keys are "
+        "plain names, e.g. max-model-len)",
+        id="list-as-key",
+    ),
+    pytest.param(
+        TINY.replace("size_gb: 0.002", "size_gb: .inf", 1),
+        "{path}: model.size_gb: Input should be a finite number (hint: fix the value in the "
+        "recipe)",
+        id="infinite-size",
+    ),
+    pytest.param(
+        TINY.replace("size_gb: 0.002", "size_gb: -5", 1),
+        "{path}: model.size_gb: Input should be greater than or equal to 0 (hint: fix the value "
+        "in the recipe)",
+        id="negative-size",
+    ),
+    pytest.param(
+        TINY.replace("  gpus: 0\n", "  gpus: 18446744073709551616\n", 1),
+        "{path}: hardware.gpus: Input should be less than or equal to 64 (hint: fix the value in "
+        "the recipe)",
+        id="2**64-gpus",
+    ),
+    pytest.param(
         b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe binary",
         "recipe {path} is not UTF-8 text (byte 0) (hint: a recipe is a small UTF-8 YAML file; "
         "see recipes/ for examples)",
@@ -329,7 +354,7 @@ _NAME_RULE = "lowercase letters, digits and '-', at most 64 characters"
         ("a" * 10_000, "a" * 40 + "... (10000 characters)"),
         ("a" * 65, "a" * 40 + "... (65 characters)"),
         ("", ""),
-        ("Tiny\x00", "Tiny\x00"),
+        ("Tiny\x00", "Tiny"),  # a control character never reaches the terminal
     ],
     ids=[
         "dot-dot",
@@ -709,6 +734,121 @@ def test_chat_refuses_a_bad_answer(
     assert (code, one_line_error(err)) == (2, message)
 
 
+def _endless_stream() -> Iterator[bytes]:
+    """Well-formed content events that never end (each 64 KiB of text)."""
+    event = _chunk({"content": "y" * (1 << 16)})
+    while True:
+        yield event
+
+
+def _one_line_byte_by_byte(size: int) -> Iterator[bytes]:
+    yield b"data: "
+    for _ in range(size // 512):
+        yield b"x" * 512
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (_endless_stream, "streamed more than 32 MiB"),
+        (lambda: _one_line_byte_by_byte(9 << 20), "streamed a line longer than 8 MiB"),
+    ],
+    ids=["endless-stream", "line-in-small-chunks"],
+)
+def test_chat_bounds_a_stream_in_bytes_and_stays_linear(
+    cli: CliRunner,
+    bad_server: type[_BadServer],
+    answer: Callable[[], Iterator[bytes]],
+    message: str,
+) -> None:
+    bad_server.answer = staticmethod(answer)
+    started = time.monotonic()
+    code, _, err = invoke(cli, "chat", "hello")
+    # Linear: the line sent in 512-byte pieces re-joined its growing prefix per piece before
+    # (minutes of copying); the endless stream grew the answer without limit.
+    assert time.monotonic() - started < 20
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: /v1/chat/completions {message} (hint: {_NOT_OURS})",
+    )
+
+
+def test_chat_strips_terminal_escapes_from_the_answer(
+    cli: CliRunner, bad_server: type[_BadServer]
+) -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\r\x9b2Jok\n"
+    events = [
+        _chunk({"reasoning_content": "\x1b[2Jthink"}),
+        _chunk({"content": hostile}),
+        _chunk({"content": "\x1b"}),  # a sequence split across two deltas
+        _chunk({"content": "[2Jsplit"}),
+        b"data: [DONE]\n\n",
+    ]
+    bad_server.answer = staticmethod(lambda: iter(events))
+    code, out, err = invoke(cli, "chat", "hello")
+    assert (code, out) == (0, "redok\n[2Jsplit\n")
+    assert "\x1b" not in err and "think" in err
+    bad_server.answer = staticmethod(
+        lambda: iter([b'data: {"error": {"message": "\\u001b]0;t\\u0007bad"}}\n\n'])
+    )
+    code, _, err = invoke(cli, "chat", "hello")
+    assert code == 2 and "\x1b" not in err and "bad" in err
+
+
+class _SilentServer(BaseHTTPRequestHandler):
+    """Takes the request, then sends no headers (`stall_after` None) or stops after a first
+    event (`stall_after` the bytes sent), holding the connection open."""
+
+    stall_after: bytes | None = None
+    release = threading.Event()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.stall_after is not None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(self.stall_after)
+            self.wfile.flush()
+        type(self).release.wait(30)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("stall_after", "waited"),
+    [(None, "STREAM_HEADERS_S"), (_chunk({"content": "half"}), "STREAM_STALL_S")],
+    ids=["no-headers", "stalls-mid-answer"],
+)
+def test_chat_gives_up_on_a_silent_server(
+    cli: CliRunner,
+    isolated_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stall_after: bytes | None,
+    waited: str,
+) -> None:
+    from sm120.server import transport
+
+    # Both bounds shortened so the test is quick; each is the one that must end the wait.
+    monkeypatch.setattr(transport, "STREAM_HEADERS_S", 0.5 if waited == "STREAM_HEADERS_S" else 9)
+    monkeypatch.setattr(transport, "STREAM_STALL_S", 0.5 if waited == "STREAM_STALL_S" else 9)
+    fields = {"stall_after": stall_after, "release": threading.Event()}
+    handler = cast(type[_SilentServer], type("Handler", (_SilentServer,), fields))
+    with LoopbackServer(handler) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        _deployment_at(isolated_home, port)
+        started = time.monotonic()
+        code, _, err = invoke(cli, "chat", "hello")
+        elapsed = time.monotonic() - started
+        handler.release.set()
+    assert elapsed < 5
+    assert code == 2
+    assert one_line_error(err).startswith(
+        f"Error: /v1/chat/completions on http://127.0.0.1:{port} did not answer"
+    )
+
+
 def test_chat_takes_a_well_formed_stream(cli: CliRunner, bad_server: type[_BadServer]) -> None:
     # The same server, answering properly: the checks above refuse only what is broken.
     bad_server.answer = staticmethod(
@@ -1029,3 +1169,447 @@ def test_agent_gate_bad_input(cli: CliRunner, args: tuple[str, ...], message: st
     code, _, err = invoke(cli, *args)
     assert code == 2
     assert one_line_error(err) == message
+
+
+# --- bounded in time: a FIFO nobody writes to, a device that never ends -----------------------
+
+
+@pytest.fixture
+def silent_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A FIFO no one ever opens for writing (opening it blocking would wait forever)."""
+    from sm120.core import bounded
+
+    monkeypatch.setattr(bounded, "PIPE_WAIT_S", 0.3)
+    fifo = tmp_path / "silent"
+    os.mkfifo(fifo)
+    return fifo
+
+
+@pytest.mark.parametrize(
+    ("args", "what", "hint"),
+    [
+        (("validate", "{f}"), "recipe", "a recipe is a small UTF-8 YAML file; see recipes/ for "
+         "examples"),
+        (("launch", "tiny", "--dry-run", "--env-file", "{f}"), ".env file", "check --env-file"),
+        (("doctor", "--from", "{f}"), "--from:", _FROM_HINT),
+        (("test", "core", "--cases", "{f}"), "--cases", "check --cases"),
+    ],
+    ids=["validate", "env-file", "doctor-from", "test-cases"],
+)  # fmt: skip
+def test_a_silent_fifo_is_refused_within_the_time_bound(
+    cli: CliRunner, silent_fifo: Path, args: tuple[str, ...], what: str, hint: str
+) -> None:
+    started = time.monotonic()
+    code, _, err = invoke(cli, *(arg.format(f=silent_fifo) for arg in args))
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {what} {silent_fifo} did not end within 0.3 s (a FIFO or device?) (hint: {hint})",
+    )
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_logs_parse_takes_only_regular_files(
+    cli: CliRunner, silent_fifo: Path, target: str
+) -> None:
+    path = str(silent_fifo) if target == "fifo" else target
+    code, _, err = invoke(cli, "logs", "parse", path)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {path} is not a regular file (hint: pipe a live log into '-' instead: "
+        "docker logs -f NAME | sm120 logs parse -)",
+    )
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_key_file_pointer_to_a_device_or_fifo_is_no_key(silent_fifo: Path, target: str) -> None:
+    from sm120.engine.secrets import read_api_key
+
+    started = time.monotonic()
+    assert read_api_key(str(silent_fifo) if target == "fifo" else target) is None
+    assert time.monotonic() - started < 2
+
+
+# --- one validation of numbers and names: plan, --set, launch --dry-run, service -----------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("tensor-parallel-size=0", "S04: tensor-parallel-size must be at least 1, got 0"),
+        (
+            "gpu-memory-utilization=7",
+            "S05: gpu-memory-utilization must be in (0, 1], got 7.0; the seeds use 0.80-0.95",
+        ),
+    ],
+)
+def test_plan_refuses_what_launch_refuses(cli: CliRunner, assignment: str, message: str) -> None:
+    code, out, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--set", assignment)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: {message} (hint: 'sm120 launch' refuses the same value; fix it and plan again)",
+    )
+
+
+_SET_HINT = "check the --set / .env value"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        (
+            "model.dims.num_hidden_layers=1000000000",
+            "model.dims.num_hidden_layers: Input should be less than or equal to 1024",
+        ),
+        ("model.weights_gib=inf", "model.weights_gib: Input should be a finite number"),
+        ("model.weights_gib=nan", "model.weights_gib: Input should be a finite number"),
+        (
+            "model.dims.head_dim=99999999999",
+            "model.dims: Value error, head_dim is 99999999999; numbers must be below 2**31",
+        ),
+        ("hardware.gpus=18446744073709551616", "hardware.gpus: Input should be less than or "
+         "equal to 64"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["plan", "launch"])
+def test_set_numbers_are_refused_fast(
+    cli: CliRunner, assignment: str, message: str, command: str
+) -> None:
+    args = (
+        ["plan", "glm52", "--gpus", "4"] if command == "plan" else ["launch", "glm52", "--dry-run"]
+    )
+    started = time.monotonic()
+    code, _, err = invoke(cli, *args, "--set", assignment)
+    # A billion layers ran for over a minute, growing memory, before the bound.
+    assert time.monotonic() - started < 3
+    assert (code, one_line_error(err)) == (2, f"Error: {message} (hint: {_SET_HINT})")
+
+
+_SERVED_RULE = "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$'"
+
+
+@pytest.mark.parametrize("served", ["a;id", "a\nb", "", "a" * 100_000, "-x", "a b"])
+def test_launch_dry_run_refuses_bad_served_names(cli: CliRunner, served: str) -> None:
+    started = time.monotonic()
+    code, _, err = invoke(
+        cli, "launch", "tiny", "--dry-run", "--set", f"model.served_name={served}"
+    )
+    assert time.monotonic() - started < 3
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: model.served_name: {_SERVED_RULE} (hint: {_SET_HINT})",
+    )
+
+
+@pytest.mark.parametrize("name", ["a;id", "a\nb", "", "-x"])
+def test_launch_dry_run_refuses_bad_deployment_names(cli: CliRunner, name: str) -> None:
+    code, _, err = invoke(cli, "launch", "tiny", "--dry-run", "--name", name)
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: invalid deployment name {name!r} (hint: use letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit)",
+    )
+
+
+@pytest.mark.parametrize("host", ["256.1.1.1", "1.2.3.4.5", "10.0.0.999"])
+@pytest.mark.parametrize("command", ["launch", "service"])
+def test_hosts_that_look_like_bad_addresses(cli: CliRunner, host: str, command: str) -> None:
+    args = ["launch", "tiny", "--dry-run"] if command == "launch" else ["service", "print", "tiny"]
+    code, out, err = invoke(cli, *args, "--host", host)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --host {host!r} is not an IP address or host name (hint: use 127.0.0.1 (this "
+        "machine only, the default) or 0.0.0.0 (every interface))",
+    )
+
+
+def test_an_ipv6_zone_id_renders_its_endpoint(cli: CliRunner) -> None:
+    code, out, _ = invoke(cli, "launch", "tiny", "--dry-run", "--host", "fe80::1%lo")
+    assert code == 0
+    assert "endpoint  http://[fe80::1%25lo]:8000/v1  model=tiny" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--timeout", "-5"), "--timeout must be 1 or more, got -5 (hint: seconds to wait for "
+         "READY, e.g. --timeout 3600)"),
+        (("--port", "0"), "--port must be 1 or more, got 0 (hint: use a port from 1 to 65535, "
+         "e.g. 8000)"),
+        (("--gate", "nonsense"), "no gate suite 'nonsense' (hint: suites: core, long, "
+         "multiturn, tools)"),
+        (("--name", "a;b"), "invalid deployment name 'a;b' (hint: use letters, digits, '.', '_' "
+         "or '-', starting with a letter or digit)"),
+    ],
+)  # fmt: skip
+def test_service_print_refuses_what_launch_refuses(
+    cli: CliRunner, args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = invoke(cli, "service", "print", "tiny", *args)
+    assert (code, out, one_line_error(err)) == (2, "", f"Error: {message}")
+
+
+# --- writes: no device, FIFO or link replaced; read-only commands change nothing --------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_doctor_report_never_replaces_what_is_not_a_regular_file(
+    cli: CliRunner, tmp_path: Path, kind: str
+) -> None:
+    # A FIFO stands in for /dev/full: as root, temp file + rename once replaced the device.
+    target = tmp_path / "report.md"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "link":
+        (tmp_path / "elsewhere.md").write_text("keep me")
+        target.symlink_to(tmp_path / "elsewhere.md")
+    else:
+        target.mkdir()
+    shown = {"fifo": "a device, FIFO or socket", "link": "a link", "folder": "a folder"}[kind]
+    code, _, err = invoke(cli, "doctor", "--report", str(target))
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {target} is {shown}, not a regular file: sm120 will not replace it "
+        "(hint: name a new or regular file to write)",
+    )
+    if kind == "link":
+        assert target.is_symlink() and (tmp_path / "elsewhere.md").read_text() == "keep me"
+
+
+def _shared_home_with_a_linked_deployment(home: Path, outside: Path) -> None:
+    from tests.deploy.test_stop_safety import state_document
+
+    outside.mkdir(mode=0o755)
+    outside.chmod(0o755)
+    home.mkdir(mode=0o755, exist_ok=True)
+    home.chmod(0o755)
+    (home / "deployments").mkdir(mode=0o755)
+    (home / "deployments").chmod(0o755)
+    document = state_document(home / "deployments" / "demo")
+    (outside / "state.json").write_text(json.dumps(document))
+    (home / "deployments" / "demo").symlink_to(outside)
+
+
+def _modes(*roots: Path) -> dict[str, int]:
+    return {
+        str(path): path.lstat().st_mode
+        for root in roots
+        for path in [root, *sorted(root.rglob("*"))]
+    }
+
+
+def test_status_changes_nothing_in_a_shared_home(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    _shared_home_with_a_linked_deployment(isolated_home, outside)
+    before = _modes(isolated_home, outside)
+    for args in (("status",), ("status", "--json"), ("gateway", "status"), ("gateway", "stop")):
+        code, _, err = invoke(cli, *args)
+        assert code == 0, err
+    # No chmod of the home, of the deployments folder or through the link; no new folder.
+    assert _modes(isolated_home, outside) == before
+
+
+def test_stop_refuses_a_deployment_folder_linked_out_of_the_state_tree(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    _shared_home_with_a_linked_deployment(isolated_home, outside)
+    link = isolated_home / "deployments" / "demo"
+    code, _, err = invoke(cli, "stop", "demo")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: {link} is a link to {outside}, outside sm120's state folder {isolated_home} "
+        f"(hint: remove the link (rm {link}); sm120 makes its own folders there)",
+    )
+    assert sorted(p.name for p in outside.iterdir()) == ["state.json"]
+    assert outside.stat().st_mode & 0o777 == 0o755
+
+
+_CSV_HEADER = "index, name, compute_cap, memory.total [MiB], memory.used [MiB]\n"
+_PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (f"0, {_PRO6000}, 12.0, 99999999999999999999 MiB, 5 MiB",
+         "99,999,999,999,999,999,999 MiB of memory"),
+        (f"0, {_PRO6000}, 12.0, 0 MiB, 0 MiB", "0 MiB of memory"),
+        (f"0, {_PRO6000}, 12.0, 97887 MiB, 99999999 MiB", "99,999,999 MiB used of 97,887 MiB"),
+        (f"0, {_PRO6000}, 999.0, 97887 MiB, 5 MiB", "compute capability 999.0"),
+    ],
+)  # fmt: skip
+def test_from_with_absurd_gpu_rows_is_refused(
+    cli: CliRunner, tmp_path: Path, row: str, problem: str
+) -> None:
+    # Once read as "nothing blocks": a verdict about no machine at all.
+    path = tmp_path / "gpus.csv"
+    path.write_text(_CSV_HEADER + row + "\n")
+    code, out, err = invoke(cli, "doctor", "tiny", "--from", str(path))
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: --from: {path} shows GPU0 with {problem}, which no GPU reports "
+        f"(hint: {_FROM_HINT})",
+    )
+
+
+def test_metrics_with_nan_or_infinity_read_as_no_reading() -> None:
+    from sm120.monitor.metrics import parse_metrics
+
+    page = (
+        'vllm:num_requests_running{model_name="t"} NaN\n'
+        'vllm:num_requests_waiting{model_name="t"} +Inf\n'
+        'vllm:kv_cache_usage_perc{model_name="t"} -Inf\n'
+        'vllm:generation_tokens_total{model_name="t"} 12\n'
+    )
+    snapshot = parse_metrics(page, at=0.0, mono=0.0)
+    assert (snapshot.running, snapshot.waiting, snapshot.kv_usage) == (None, None, None)
+    assert snapshot.counters == {"generation_tokens": 12.0}
+
+
+def test_a_home_that_is_a_file_is_one_line(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("")
+    monkeypatch.setenv("SM120_HOME", str(home))
+    code, _, err = invoke(cli, "gateway", "start", "--port", "18932")
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: SM120_HOME {home} is a file, not a folder (hint: point SM120_HOME at a folder "
+        "(or unset it for ~/.local/state/sm120))",
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ('{"returncode": 0, "signal": null, "ended_at": NaN}',
+         "'ended_at' must be a time in seconds since 1970"),
+        ('{"returncode": 0, "signal": null, "ended_at": 1e400}',
+         "'ended_at' must be a time in seconds since 1970"),
+        ('{"returncode": 0, "signal": null, "ended_at": ' + "9" * 400 + "}",
+         "'ended_at' must be a time in seconds since 1970"),
+        ("[" * 30_000 + "]" * 30_000, "maximum recursion depth exceeded while decoding a JSON "
+         "array from a unicode string"),
+        ("fifo", "it is not a regular file"),
+    ],
+    ids=["nan", "inf", "400-digits", "nested", "fifo"],
+)  # fmt: skip
+def test_an_exit_record_that_is_no_time_is_one_line(
+    cli: CliRunner, isolated_home: Path, record: str, problem: str
+) -> None:
+    from tests.deploy.test_stop_safety import state_document, write_state
+
+    folder = isolated_home / "deployments" / "demo"
+    write_state(state_document(folder))
+    exit_file = folder / "exit.json"
+    if record == "fifo":
+        os.mkfifo(exit_file)
+    else:
+        exit_file.write_text(record)
+    started = time.monotonic()
+    code, _, err = invoke(cli, "status", "demo")
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: exit record {exit_file} is unusable: {problem} (hint: delete {exit_file}; "
+        "status then goes by the processes alone)",
+    )
+
+
+def test_a_deeply_nested_answer_is_one_line(cli: CliRunner, bad_server: type[_BadServer]) -> None:
+    bad_server.content_type = "application/json"
+    bad_server.answer = staticmethod(lambda: iter([b"[" * 100_000 + b"]" * 100_000]))
+    code, _, err = invoke(cli, "chat", "hello", "--no-stream")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: /v1/chat/completions answered with a body that is not JSON",
+    )
+    bad_server.content_type = "text/event-stream"
+    bad_server.answer = staticmethod(lambda: iter([b"data: " + b"[" * 100_000 + b"\n\n"]))
+    code, _, err = invoke(cli, "chat", "hello")
+    assert code == 2
+    assert one_line_error(err).startswith("Error: the stream sent a line that is not JSON: [[[")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_log_pointer_to_a_device_or_fifo_is_one_line(
+    cli: CliRunner, isolated_home: Path, tmp_path: Path, target: str
+) -> None:
+    from tests.deploy.test_stop_safety import state_document, write_state
+
+    log = target
+    if target == "fifo":
+        log = str(tmp_path / "log-fifo")
+        os.mkfifo(log)
+    write_state(state_document(isolated_home / "deployments" / "demo", log_path=log))
+    started = time.monotonic()
+    code, _, err = invoke(cli, "logs", "--name", "demo", "-n", "5")
+    # The FIFO blocked the open forever, /dev/zero the read.
+    assert time.monotonic() - started < 5
+    assert (code, one_line_error(err)) == (
+        2,
+        f"Error: log {log} is not a regular file (hint: sm120 writes its logs itself; remove "
+        "what is at that path, or the state naming it)",
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OverflowError("cannot convert float infinity to integer"),
+        ZeroDivisionError("integer modulo by zero"),
+        RecursionError("maximum recursion depth exceeded"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        TypeError("unhashable type: 'list'"),
+        IsADirectoryError(21, "Is a directory"),
+        FileExistsError(17, "File exists"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_unforeseen_error_from_input_is_one_line_not_a_traceback(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    # The net under every command: a kind of input no check foresaw still ends in one line
+    # that says how to see where (SM120_DEBUG=1), never in a traceback.
+    from sm120.recipe import loader
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(loader, "load_recipe", fail)
+    code, out, err = invoke(cli, "plan", "tiny", "--gpus", "1")
+    detail = " ".join(str(error).split())
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: sm120 could not handle this input ({type(error).__name__}: {detail}) (hint: "
+        "check the values given; SM120_DEBUG=1 shows where it failed (please report it))",
+    )
+    assert "Traceback" not in err
+
+
+_URL_HINT = "give the server's address, e.g. http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://[::1", "'http://[::1' is not a URL (Invalid port: ':1')"),
+        ("http://x:99999", "'http://x:99999' names port 99999, outside 1-65535"),
+        ("ht!tp://x", "'ht!tp://x' is not an http(s) URL with a host"),
+        ("http://", "'http://' is not an http(s) URL with a host"),
+        ("ftp://x", "'ftp://x' is not an http(s) URL with a host"),
+    ],
+)
+@pytest.mark.parametrize("command", ["test", "bench"])
+def test_malformed_urls_are_one_line(cli: CliRunner, url: str, message: str, command: str) -> None:
+    args = ["test", "core"] if command == "test" else ["bench"]
+    code, _, err = invoke(cli, *args, "--url", url)
+    assert (code, one_line_error(err)) == (2, f"Error: {message} (hint: {_URL_HINT})")

@@ -109,8 +109,8 @@ def test_binding_beyond_loopback_says_what_is_exposed() -> None:
     assert exposure_warning("localhost") is None
     assert exposure_warning("0.0.0.0") == (
         "binding to 0.0.0.0: other machines can reach this server; /v1 needs the API key, "
-        "but vLLM answers /metrics, /health, /tokenize and its other routes without one "
-        "(README: Security)"
+        "but vLLM answers /invocations (a whole chat answer), /metrics, /tokenize and its other "
+        "routes without one (README: Security)"
     )
 
 

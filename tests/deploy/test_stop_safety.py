@@ -97,6 +97,25 @@ def test_stop_leaves_a_stranger_with_the_recorded_pid_alone(
     assert load_state("demo") is None
 
 
+def test_a_forged_exit_record_does_not_make_a_stranger_ours(
+    cli: CliRunner, stranger: subprocess.Popen[bytes]
+) -> None:
+    # An exit record "ended later than the stranger started" once let the stranger pass as a
+    # process left in the supervisor's group: the live process under the group's number
+    # proves the group gone, whatever the file says.
+    ticks = start_ticks(stranger.pid)
+    assert ticks is not None
+    folder = deployment_dir("demo")
+    write_state(state_document(folder, supervisor_pid=stranger.pid, supervisor_start=ticks - 1))
+    forged = {"returncode": 0, "signal": None, "ended_at": time.time() + 3600}
+    (folder / "exit.json").write_text(json.dumps(forged))
+
+    code, out, _ = invoke(cli, "stop", "demo")
+    time.sleep(0.2)
+    assert (code, out.startswith("cleaned up")) == (0, True)
+    assert stranger.poll() is None, "a forged exit record made stop signal a stranger"
+
+
 def test_stop_leaves_a_stranger_alone_when_the_state_predates_start_times(
     cli: CliRunner, stranger: subprocess.Popen[bytes]
 ) -> None:

@@ -79,6 +79,20 @@ def test_routes_outside_v1_answer_without_the_key(served: dict[str, object]) -> 
     assert httpx.get(f"{base}/health", timeout=30).status_code == 200
     tokenized = httpx.post(f"{base}/tokenize", json={"model": "tiny", "prompt": "hi"}, timeout=30)
     assert tokenized.status_code == 200 and tokenized.json()["tokens"]
+    # SageMaker's route runs a whole chat request without the key (README: Security).
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    invoked = httpx.post(f"{base}/invocations", json=body, timeout=60)
+    assert invoked.status_code == 200 and invoked.json()["choices"]
+    for path in ("/ping", "/version", "/load", "/docs", "/openapi.json"):
+        assert httpx.get(f"{base}{path}", timeout=30).status_code == 200, path
+    # Guarded prefixes besides /v1, as vLLM's AuthenticationMiddleware lists them.
+    for path in ("/v2/embed", "/inference/v1/generate", "/cohere/v2/chat"):
+        assert httpx.post(f"{base}{path}", json={}, timeout=30).status_code == 401, path
+    # The elastic-EP route answers too (not 401/404), whatever it makes of an empty body.
+    assert httpx.post(f"{base}/scale_elastic_ep", json={}, timeout=30).status_code not in (
+        401,
+        404,
+    )
 
 
 def test_the_state_tree_is_private(served: dict[str, object]) -> None:

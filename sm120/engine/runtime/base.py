@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sm120.core.bounded import is_regular_file
 from sm120.core.defaults import STOP_TIMEOUT_S
-from sm120.engine.state import DeploymentState, StateError
+from sm120.engine.state import LATEST_TIME, DeploymentState, StateError
+
+# An exit record is a few dozen bytes of JSON.
+MAX_RECORD_BYTES = 64 * 1024
 
 if TYPE_CHECKING:
     from sm120.plan.resolve import LaunchPlan
@@ -122,12 +126,22 @@ class ExitInfo:
     def read(cls, path: Path) -> ExitInfo | None:
         """Read an exit record written by sm120.engine.runtime.supervise; None if there is none yet.
         Writers replace it atomically, so anything unreadable was damaged: one line says so."""
+        if path.exists() and not is_regular_file(path):
+            # A FIFO here would block the read forever, /dev/zero would fill memory.
+            raise _unusable_record(path, "it is not a regular file")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_RECORD_BYTES + 1)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            raise _unusable_record(path, str(exc)) from None
+        except OSError as exc:
+            raise _unusable_record(path, exc.strerror or str(exc)) from None
+        if len(raw) > MAX_RECORD_BYTES:
+            raise _unusable_record(path, f"it is larger than {MAX_RECORD_BYTES} bytes")
+        try:
+            data = json.loads(raw.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError) as exc:
+            raise _unusable_record(path, str(exc)[:120] or type(exc).__name__) from None
         if not isinstance(data, dict):
             raise _unusable_record(path, f"it holds {type(data).__name__}, not a JSON object")
         for key in ("returncode", "signal"):
@@ -135,7 +149,12 @@ class ExitInfo:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise _unusable_record(path, f"'{key}' must be an integer or null")
         ended_at = data.get("ended_at", 0.0)
-        if isinstance(ended_at, bool) or not isinstance(ended_at, (int, float)):
+        # Compared as numbers, never converted: NaN fails both bounds, a 400-digit int too.
+        if (
+            isinstance(ended_at, bool)
+            or not isinstance(ended_at, (int, float))
+            or not 0 <= ended_at < LATEST_TIME
+        ):
             raise _unusable_record(path, "'ended_at' must be a time in seconds since 1970")
         process = data.get("process")
         return cls(

@@ -109,6 +109,11 @@ class OwnedGroup:
     def is_ours(self) -> bool:
         if self.leader.exists():
             return True
+        if stat_fields(self.pgid) is not None:
+            # The kernel never gives out a number a live group or session still uses: a
+            # process under the leader's number now proves our group is gone, whatever an
+            # exit file says (anyone can write one).
+            return False
         if self.engine is not None and self.engine.is_running():
             engine = stat_fields(self.engine.pid)
             return engine is not None and engine.pgrp == self.pgid
@@ -123,6 +128,9 @@ class OwnedGroup:
         # the number later would lead a session of its own number only after `ended`.
         if fields is None or fields.session != self.pgid:
             return False
+        floor = self.leader.start_ticks
+        if floor is not None and fields.start_ticks < floor:
+            return False  # older than the supervisor that made the session: not its child
         started = started_at(fields.start_ticks)
         return started is not None and started <= ended + START_TIME_SLACK_S
 
