@@ -16,6 +16,7 @@ from aiohttp import web
 from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
 from sm120.engine.secrets import read_api_key
+from sm120.gateway import proxy
 from sm120.gateway.actions import EngineActions
 from sm120.gateway.aliases import as_table
 from sm120.gateway.backends import Backend, discover
@@ -28,7 +29,7 @@ from sm120.gateway.files import (
     save_address,
 )
 from sm120.gateway.normalize import normalize
-from sm120.gateway.proxy import IDLE_CONNECTION_S, build_app, discoverer
+from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
 
@@ -84,6 +85,12 @@ def _normalized(path: str, body: dict[str, Any]) -> dict[str, Any]:
     return normalize(body, path).body
 
 
+def app_runner(app: web.Application) -> web.AppRunner:
+    """keepalive_timeout also bounds a connection that never completes its request head
+    (aiohttp arms it when the connection opens): no slow-header or idle pile-up."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=proxy.IDLE_CONNECTION_S)
+
+
 def run_event_loop(main: Coroutine[Any, Any, None]) -> None:
     """uvloop where it is installed: the relay's per-chunk cost is mostly the event loop's."""
     try:
@@ -115,9 +122,7 @@ async def _serve(
         swapper = Swapper(policy, EngineActions(session), discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
         app = build_app(api_key, swapper, session, config.aliases, rewrite)
-        # keepalive_timeout also bounds a connection that never completes its request head
-        # (aiohttp arms it when the connection opens): no slow-header or idle pile-up.
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_CONNECTION_S)
+        runner = app_runner(app)
         await runner.setup()
         try:
             await web.TCPSite(runner, config.host, config.port).start()

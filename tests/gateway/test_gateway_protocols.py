@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -328,3 +329,46 @@ def test_normalised_prompts_reach_the_engine_without_the_billing_header() -> Non
         assert run(send()) == 200
         sent = [b for path, b in fake.requests if path == "/v1/messages"]
     assert sent[0]["system"] == [{"type": "text", "text": "You are a coding agent."}]
+
+
+def test_a_slow_header_or_idle_connection_is_closed_after_the_idle_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from aiohttp import web
+
+    from sm120.gateway import proxy
+    from sm120.gateway.server import app_runner
+    from tests.helpers import free_port
+
+    monkeypatch.setattr(proxy, "IDLE_CONNECTION_S", 0.5)
+
+    async def scenario() -> tuple[float, float]:
+        app = web.Application()
+        runner = app_runner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            closed_after = []
+            for first_bytes in (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", b""):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(first_bytes)  # a head never finished, or nothing at all
+                began = time.monotonic()
+                sock.setblocking(False)
+                while time.monotonic() - began < 5:
+                    try:
+                        if sock.recv(1) == b"":
+                            break
+                    except BlockingIOError:
+                        await asyncio.sleep(0.05)
+                closed_after.append(time.monotonic() - began)
+                sock.close()
+            return closed_after[0], closed_after[1]
+        finally:
+            await runner.cleanup()
+
+    slow_header, idle = run(scenario())
+    assert 0.3 < slow_header < 2.5
+    assert 0.3 < idle < 2.5
