@@ -230,3 +230,30 @@ def test_foreground_serves_until_sigterm(gateway_port: int, isolated_home: Path)
     assert err.startswith(f"gateway serving http://127.0.0.1:{gateway_port}/v1; clients send")
     assert gateway_files().api_key.read_text().strip() not in err
     assert not gateway_files().address.exists()
+
+
+def test_a_start_with_other_aliases_is_refused_and_a_bad_alias_is_one_line(
+    cli: CliRunner, gateway_port: int
+) -> None:
+    code, _, err = invoke(
+        cli, "gateway", "start", "--port", str(gateway_port), "--alias", "claude-*=tiny"
+    )
+    assert code == 0, err
+    pid = gateway_files().pid.read_text().strip()
+    code, out, err = invoke(
+        cli, "gateway", "start", "--port", str(gateway_port), "--alias", "claude-*=glm52"
+    )
+    assert (code, out) == (2, "")
+    assert one_line_error(err) == (
+        f"Error: a gateway already runs (pid {pid}) with other aliases: claude-*=tiny "
+        "(hint: stop it first (sm120 gateway stop), then start it with the aliases you want)"
+    )
+    code, out, _ = invoke(cli, "gateway", "status", "--json")
+    assert json.loads(out)["aliases"] == {"claude-*": "tiny"}
+
+
+def test_a_bad_alias_is_refused_before_anything_starts(cli: CliRunner, isolated_home: Path) -> None:
+    code, out, err = invoke(cli, "gateway", "start", "--alias", "claude")
+    assert (code, out) == (2, "")
+    assert one_line_error(err).startswith("Error: alias 'claude' has no '='")
+    assert not gateway_files().address.exists()
