@@ -37,6 +37,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
         launched = sm120(
             home, "launch", "tiny", "--name", name, "--set", f"model.served_name={name}",
             "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor",
+            # What a coding agent's deployment runs with: vLLM 0.32 refuses a named
+            # tool_choice without a tool parser.
+            "--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes",
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
@@ -150,11 +153,15 @@ def test_an_upstream_error_keeps_vllms_status(stack: dict[str, Any]) -> None:
 
 # --- coding-agent clients: the official SDKs, as Claude Code and Codex drive the endpoint ---
 # The model is random: its words are noise, so these check the protocol. A forced tool choice
-# makes vLLM decode the tool input under the tool's JSON schema (structured output); the
-# schema is all enums so a random model cannot wander off into an endless string.
+# on a strict tool makes vLLM decode the input under the tool's JSON schema (vLLM 0.32 pins
+# the arguments only for strict tools: without it the random model's input came back as a
+# bare number, which vLLM's own Anthropic converter then refused with a 400). The schema is
+# all enums, so only whitespace is free: answers ran 87-155 tokens here, hence 512.
 
+TOOL_TOKENS = 512
 WEATHER_TOOL = {
     "name": "get_weather",
+    "strict": True,
     "description": "Current weather for a city.",
     "input_schema": {
         "type": "object",
@@ -205,7 +212,7 @@ def test_anthropic_sdk_forced_tool_use_through_an_alias_with_x_api_key(
 ) -> None:
     client = _anthropic(stack)  # api_key= sends x-api-key
     message = client.messages.create(
-        model=ALIAS, max_tokens=64, messages=ASK, tools=[WEATHER_TOOL],
+        model=ALIAS, max_tokens=TOOL_TOKENS, messages=ASK, tools=[WEATHER_TOOL],
         tool_choice={"type": "tool", "name": "get_weather"},
     )  # fmt: skip
     uses = [block for block in message.content if block.type == "tool_use"]
@@ -222,7 +229,7 @@ def test_anthropic_sdk_streams_a_tool_use_in_protocol_order_with_a_bearer_key(
     client = _anthropic(stack, auth_token=stack["key"])  # auth_token= sends Bearer
     kinds: list[str] = []
     with client.messages.stream(
-        model="tiny-a", max_tokens=64, messages=ASK, tools=[WEATHER_TOOL],
+        model="tiny-a", max_tokens=TOOL_TOKENS, messages=ASK, tools=[WEATHER_TOOL],
         tool_choice={"type": "tool", "name": "get_weather"},
     ) as stream:  # fmt: skip
         for event in stream:
@@ -282,10 +289,11 @@ def test_openai_sdk_forced_tool_call_arguments_fit_the_schema(stack: dict[str, A
             "name": "get_weather",
             "description": WEATHER_TOOL["description"],
             "parameters": WEATHER_TOOL["input_schema"],
+            "strict": True,
         },
     }
     completion = _openai(stack).chat.completions.create(
-        model="tiny-a", messages=ASK, max_tokens=64, tools=[tool],
+        model="tiny-a", messages=ASK, max_tokens=TOOL_TOKENS, tools=[tool],
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )  # fmt: skip
     calls = completion.choices[0].message.tool_calls
