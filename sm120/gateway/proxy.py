@@ -23,7 +23,13 @@ from aiohttp.typedefs import Middleware
 from sm120.gateway.aliases import Alias, as_table, resolve
 from sm120.gateway.backends import Backend
 from sm120.gateway.panel import add_dashboard_for
-from sm120.gateway.relay import BODY_READ_TIMEOUT_S, RESPONSE_ID_PATHS, relay, relay_by_id
+from sm120.gateway.relay import (
+    BODY_READ_TIMEOUT_S,
+    RESPONSE_ID_PATHS,
+    openai_error,
+    relay,
+    relay_by_id,
+)
 from sm120.gateway.swap import Discover, SwapFailed, Swapper
 from sm120.recipe.endpoints import protocol_for_path, protocol_paths
 
@@ -126,11 +132,6 @@ def _routed(
 
 
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
-
-
-def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
-    return web.json_response(body, status=status)
 
 
 def build_app(

@@ -39,7 +39,8 @@ _TIMEOUT = aiohttp.ClientTimeout(
 )
 
 
-def _error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
+def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
+    """An error in the OpenAI shape every client SDK parses (the gateway's own answers)."""
     body = {"error": {"message": message, "type": kind, "code": status, **extra}}
     return web.json_response(body, status=status)
 
@@ -88,7 +89,7 @@ async def relay(
             # Half an answer is out: its status cannot change, so the stream just ends.
             raise
         message = f"deployment {backend.deployment} did not answer: {exc or type(exc).__name__}"
-        return _error(502, message, "bad_gateway", deployment=backend.deployment)
+        return openai_error(502, message, "bad_gateway", deployment=backend.deployment)
 
 
 async def _route_miss(
@@ -107,7 +108,7 @@ async def _route_miss(
         rest = await upstream.content.read()
         return web.Response(status=404, body=raw + rest, headers=headers)
     engine = backend.protocols.label if backend.protocols else "its engine"
-    return _error(
+    return openai_error(
         501,
         f"deployment {backend.deployment} ({engine}) does not serve {path} "
         f"({protocol}): the engine has no such route",
@@ -140,7 +141,7 @@ async def relay_by_id(
                 )
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
             continue
-    return _error(
+    return openai_error(
         404,
         f"no running deployment holds response {request.match_info['response_id']}",
         "invalid_request_error",
