@@ -14,6 +14,7 @@ import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -103,6 +104,16 @@ class RouteCache:
         self._read_after_swaps = swaps
         return backends
 
+    def cached(self, model: str, aliases: tuple[Alias, ...]) -> tuple[str, Backend] | None:
+        """The route the table in hand gives when `route` would not read the state files for
+        it (the front's fast path takes it without a task switch); None when it would."""
+        if self._read_at == float("-inf") or self._swapper.swap_events != self._read_after_swaps:
+            return None
+        found = _routed(model, aliases, self._backends)
+        if found is None or not found[1].running:
+            return None
+        return found
+
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
         _, backend, backends = await self.route(model, ())
         return backend, backends
@@ -134,6 +145,18 @@ def _routed(
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
 
 
+@dataclass
+class FastPathCounts:
+    """What the front (sm120.gateway.front) did: requests it answered itself, connections it
+    handed to this application. /health shows them."""
+
+    answered: int = 0
+    handed_over: int = 0
+
+
+FAST_PATH: web.AppKey[FastPathCounts] = web.AppKey("fast_path", FastPathCounts)
+
+
 def build_app(
     api_key: str,
     swapper: Swapper,
@@ -149,6 +172,7 @@ def build_app(
     app[ROUTES] = RouteCache(swapper)
     app[ALIASES] = aliases
     app[REWRITE] = rewrite
+    app[FAST_PATH] = FastPathCounts()
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
     for path in protocol_paths().values():
@@ -191,8 +215,10 @@ def _key_guard(api_key: str) -> Middleware:
     return guard
 
 
-async def _health(_request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+async def _health(request: web.Request) -> web.Response:
+    counts = request.app[FAST_PATH]
+    fast_path = {"answered": counts.answered, "handed_over": counts.handed_over}
+    return web.json_response({"status": "ok", "fast_path": fast_path})
 
 
 async def _models(request: web.Request) -> web.Response:

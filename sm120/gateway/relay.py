@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
@@ -43,6 +44,18 @@ def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Resp
     """An error in the OpenAI shape every client SDK parses (the gateway's own answers)."""
     body = {"error": {"message": message, "type": kind, "code": status, **extra}}
     return web.json_response(body, status=status)
+
+
+def error_bytes(status: int, message: str, kind: str, **extra: Any) -> bytes:
+    """The same error as `openai_error`, as a whole HTTP/1.1 answer for the gateway's fast
+    path (sm120.gateway.front), which writes bytes, not aiohttp responses."""
+    body = json.dumps({"error": {"message": message, "type": kind, "code": status, **extra}})
+    reason = HTTPStatus(status).phrase
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(body.encode())}\r\n\r\n"
+    )
+    return head.encode() + body.encode()
 
 
 def _upstream_headers(request: web.Request, backend: Backend) -> dict[str, str]:
@@ -99,21 +112,29 @@ async def _route_miss(
     `{"detail": "Not Found"}`) becomes a 501 that says which engine lacks which protocol; a
     404 of the engine's own (an unknown model, a response id it does not hold) is passed on."""
     raw = await upstream.content.read(ROUTE_MISS_BYTES + 1)
-    try:
-        parsed = json.loads(raw) if len(raw) <= ROUTE_MISS_BYTES else None
-    except ValueError:
-        parsed = None
-    if parsed != {"detail": "Not Found"}:
+    if not is_route_miss(raw):
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
         rest = await upstream.content.read()
         return web.Response(status=404, body=raw + rest, headers=headers)
+    return openai_error(501, route_miss_message(backend, path, protocol), "not_implemented",
+                        deployment=backend.deployment)  # fmt: skip
+
+
+def is_route_miss(body: bytes) -> bool:
+    """FastAPI's answer for a path it has no route for, told from an engine's own 404."""
+    if len(body) > ROUTE_MISS_BYTES:
+        return False
+    try:
+        return bool(json.loads(body) == {"detail": "Not Found"})
+    except ValueError:
+        return False
+
+
+def route_miss_message(backend: Backend, path: str, protocol: str) -> str:
     engine = backend.protocols.label if backend.protocols else "its engine"
-    return openai_error(
-        501,
+    return (
         f"deployment {backend.deployment} ({engine}) does not serve {path} "
-        f"({protocol}): the engine has no such route",
-        "not_implemented",
-        deployment=backend.deployment,
+        f"({protocol}): the engine has no such route"
     )
 
 

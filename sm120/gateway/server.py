@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -28,6 +29,7 @@ from sm120.gateway.files import (
     running_gateway,
     save_address,
 )
+from sm120.gateway.front import serving_front
 from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
@@ -125,12 +127,16 @@ async def _serve(
         runner = app_runner(app)
         await runner.setup()
         try:
-            await web.TCPSite(runner, config.host, config.port).start()
-            address = GatewayAddress(
-                config.host, config.port, os.getpid(), time.time(), config.max_awake,
-                as_table(config.aliases),
-            )  # fmt: skip
-            save_address(files, address)
-            await stop.wait()
+            # The full application answers only what the front hands over (sm120.gateway.front),
+            # on a socket no other machine and no file system path can reach.
+            internal = f"\0sm120-gateway-{os.getpid()}-{secrets.token_hex(8)}"
+            await web.UnixSite(runner, internal).start()
+            async with serving_front(app, api_key, internal, config.host, config.port):
+                address = GatewayAddress(
+                    config.host, config.port, os.getpid(), time.time(), config.max_awake,
+                    as_table(config.aliases),
+                )  # fmt: skip
+                save_address(files, address)
+                await stop.wait()
         finally:
             await runner.cleanup()

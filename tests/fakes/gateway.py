@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from sm120.core.errors import SM120Error
 from sm120.gateway.aliases import Alias
 from sm120.gateway.backends import Backend
+from sm120.gateway.front import serving_front
 from sm120.gateway.proxy import build_app
 from sm120.gateway.swap import Swapper, SwapPolicy
 
@@ -85,18 +86,23 @@ async def running_gateway(
 
     upstream = aiohttp.ClientSession(auto_decompress=False)
     swapper = Swapper(policy, actions, discover)
-    server = TestServer(build_app(GATEWAY_KEY, swapper, upstream, aliases, rewrite))
+    app = build_app(GATEWAY_KEY, swapper, upstream, aliases, rewrite)
+    server = TestServer(app)
     await server.start_server()
-    client = aiohttp.ClientSession(
-        base_url=str(server.make_url("/")),
-        headers={"Authorization": f"Bearer {GATEWAY_KEY}"},
-    )
-    try:
-        yield client, swapper
-    finally:
-        await client.close()
-        await server.close()
-        await upstream.close()
+    # As `sm120 gateway` runs: the front listens, the application answers what it hands over.
+    internal = (server.host, server.port)
+    assert internal[1] is not None
+    async with serving_front(app, GATEWAY_KEY, (internal[0], internal[1]), "127.0.0.1", 0) as front:
+        client = aiohttp.ClientSession(
+            base_url=f"http://127.0.0.1:{front.port}/",
+            headers={"Authorization": f"Bearer {GATEWAY_KEY}"},
+        )
+        try:
+            yield client, swapper
+        finally:
+            await client.close()
+            await server.close()
+            await upstream.close()
 
 
 async def exchange(

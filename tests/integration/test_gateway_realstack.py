@@ -109,6 +109,9 @@ def test_a_streamed_chat_through_the_gateway_matches_a_direct_one(stack: dict[st
         # that the gateway keeps every event as sent is the byte-for-byte unit test's.
         assert ("".join(relayed[0]), relayed[1]) == ("".join(direct[0]), direct[1])
         assert len([piece for piece in relayed[0] if piece]) >= 2
+    # Both streams took the front's fast path (sm120.gateway.front), not the application's.
+    health = httpx.get(f"{stack['gateway']}/health", timeout=10).json()
+    assert health["fast_path"]["answered"] >= 2
 
 
 def test_the_backend_key_does_not_open_the_gateway(stack: dict[str, Any]) -> None:
