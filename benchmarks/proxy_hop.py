@@ -159,7 +159,8 @@ def main() -> None:
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
                 "key_file": str(work / "engine_key")}  # fmt: skip
     (work / "backends.json").write_text(json.dumps({"backends": [backends]}))
-    env = {**os.environ, "SM120_HOME": str(work / "home"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "SM120_HOME": str(work / "home")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     engine = [sys.executable, "-c", ENGINE, str(engine_port), str(args.prefill_ms),
               str(args.chunks)]  # fmt: skip
     alone = [sys.executable, "-c", APPLICATION_ALONE, str(work / "backends.json"),
