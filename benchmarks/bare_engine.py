@@ -44,18 +44,22 @@ def bare_ready(
     *,
     supervisor: Literal["pipe", "file"] | None = None,
     facts: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> float:
     """Seconds from `vllm serve` to its first answer, for `request` on a free port; the
     engine's output goes to `log` when given (sm120's engine writes a log too). `supervisor`
     starts it under sm120's supervisor, to tell the supervisor's share of a launch from the
     command's: "pipe" as `sm120 launch` does (the output through the supervisor's pipe into
     its log), "file" with the engine writing to `log` itself (the supervisor only its parent).
-    `facts` receives the spawn time and the API process's scheduling facts (launch_gap.py)."""
+    `facts` receives the spawn time and the API process's scheduling facts (launch_gap.py).
+    `env` replaces the engine's environment whole (an sm120 engine's, read from /proc: it
+    names the same cache and key)."""
     port = free_port()
     plan = resolve(replace(request, port=port))
     argv = render_argv(plan, python=python)
-    env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
-    env.pop("VLLM_PYTHON", None)
+    if env is None:
+        env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
+        env.pop("VLLM_PYTHON", None)
     piped = supervisor == "pipe"
     sink = open(log, "wb") if log is not None and not piped else subprocess.DEVNULL  # noqa: SIM115
     if supervisor is not None:
