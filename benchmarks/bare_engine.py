@@ -10,6 +10,7 @@ included, so the bare engine gets the API key the sm120 side uses, and not sm120
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from typing import Any, Literal
 import httpx
 
 from sm120.engine.runtime.native import SUPERVISOR_MODULE
-from sm120.engine.runtime.processes import find_child_pid
+from sm120.engine.runtime.processes import find_child_pid, group_members
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -44,18 +45,22 @@ def bare_ready(
     *,
     supervisor: Literal["pipe", "file"] | None = None,
     facts: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> float:
     """Seconds from `vllm serve` to its first answer, for `request` on a free port; the
     engine's output goes to `log` when given (sm120's engine writes a log too). `supervisor`
     starts it under sm120's supervisor, to tell the supervisor's share of a launch from the
     command's: "pipe" as `sm120 launch` does (the output through the supervisor's pipe into
     its log), "file" with the engine writing to `log` itself (the supervisor only its parent).
-    `facts` receives the spawn time and the API process's scheduling facts (launch_gap.py)."""
+    `facts` receives the spawn time and the API process's scheduling facts (launch_gap.py).
+    `env` replaces the engine's environment whole (an sm120 engine's, read from /proc: it
+    names the same cache and key)."""
     port = free_port()
     plan = resolve(replace(request, port=port))
     argv = render_argv(plan, python=python)
-    env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
-    env.pop("VLLM_PYTHON", None)
+    if env is None:
+        env = {**os.environ, **render_env(plan, api_key=key), "VLLM_CACHE_ROOT": str(cache)}
+        env.pop("VLLM_PYTHON", None)
     piped = supervisor == "pipe"
     sink = open(log, "wb") if log is not None and not piped else subprocess.DEVNULL  # noqa: SIM115
     if supervisor is not None:
@@ -104,8 +109,24 @@ def bare_ready(
     finally:
         os.killpg(engine.pid, signal.SIGTERM)
         engine.wait(timeout=60)
+        # The whole group, as `sm120 stop` waits for it: an EngineCore still letting go of
+        # its GPU memory would otherwise slow whichever start comes next.
+        group_gone(engine.pid, timeout_s=60)
         if not isinstance(sink, int):
             sink.close()
+
+
+def group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until no live process of group `pgid` is left (zombies a container's init never
+    reaps do not count, as for `sm120 stop`); SIGKILL what is left after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return False
+        time.sleep(0.05)
+    return True
 
 
 # Scheduling facts of a process that could make the same program start slower: its nice

@@ -110,8 +110,15 @@ class Ready:
     # Where the launch's wall time went, in order (see LaunchClock).
     steps: list[tuple[str, float]] = field(default_factory=list)
 
+    def add_step(self, step: str, seconds: float) -> None:
+        """A step after the launch proper (the --gate's suites), counted in the total."""
+        self.steps.append((step, seconds))
+        self.total_s += seconds
+
     def timings(self) -> dict[str, object]:
-        """The wall-time split for --json: sm120's own steps and the engine's phases."""
+        """The wall-time split for --json (docs/architecture.md, "Where a launch's time
+        goes"): sm120's own steps in order, which add up to `total_s`, and the engine's
+        phases, which split the step "engine start to API up"."""
         return {
             "total_s": round(self.total_s, 3),
             "steps": [{"step": name, "seconds": round(took, 3)} for name, took in self.steps],

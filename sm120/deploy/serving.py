@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
@@ -110,7 +111,11 @@ def serve(
         view.error(exc)
         return EXIT_ERROR
     try:
-        gate_code = run_launch_gate(ready, engine, gate, view.line) if gate else 0
+        gate_code = 0
+        if gate:
+            gate_started = time.monotonic()
+            gate_code = run_launch_gate(ready, engine, gate, view.line)
+            ready.add_step("gate", time.monotonic() - gate_started)
         if gate_code and not (gate and gate.keep_on_fail):
             return gate_code
         view.ready(ready)

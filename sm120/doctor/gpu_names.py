@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
+from sm120.core.yaml_data import load_yaml
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ def known_gpus() -> tuple[KnownGpu, ...]:
     text = resources.files("sm120.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
     return tuple(
         KnownGpu(re.compile(item["match"], re.IGNORECASE), str(item["compute_cap"]), item["family"])
-        for item in yaml.safe_load(text)
+        for item in load_yaml(text)
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -178,12 +179,16 @@ def run_doctor(
     machine = machine or Machine()
     needs = needs or Needs()
     gpu_needed = needs.gpus is None or needs.gpus > 0
-    probe = probe_gpus(machine.run, machine.nvml) if gpu_needed else None
+    python = engine_python_for(engine_python, machine.environ)
+    # The engine probe (a Python start in the engine's environment) runs beside the GPU probe
+    # (NVML or nvidia-smi): both wait on other processes, and a launch waits for both.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        engine_probe = beside.submit(probe_engine, python, machine.run) if python else None
+        probe = probe_gpus(machine.run, machine.nvml) if gpu_needed else None
+        engine = engine_probe.result() if engine_probe is not None else None
     if probe is not None:
         _add_commands(probe, machine.read_text)
     snapshot = probe.snapshot if probe else None
-    python = engine_python_for(engine_python, machine.environ)
-    engine = probe_engine(python, machine.run) if python else None
     findings: list[Finding] = []
     if probe is not None:
         findings += checks.check_driver(probe, needs)

@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sm120.core.errors import SM120Error
+from sm120.core.yaml_data import load_yaml
 from sm120.logs.phases import clean_line
 
 CATALOGUE_PACKAGE = "sm120.data"
@@ -146,7 +147,7 @@ class Diagnosis:
 def parse_catalogue(text: str, origin: str = CATALOGUE_FILE) -> dict[str, FailureMode]:
     """Validate catalogue YAML; ids must be unique and `supersedes` must name known ids."""
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         raise CatalogueError(f"{origin}: malformed YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, list):

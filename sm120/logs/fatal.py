@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from sm120.core.errors import SM120Error
+from sm120.core.yaml_data import load_yaml
 from sm120.logs.failures import Diagnoser, Diagnosis, checked_signature
 from sm120.logs.logparse import clean_line
 
@@ -83,7 +84,7 @@ class FatalStart:
 
 def parse_signatures(text: str, origin: str = SIGNATURES_FILE) -> tuple[FatalSignature, ...]:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         raise SignatureFileError(f"{origin}: malformed YAML: {str(exc).splitlines()[0]}") from None
     try:

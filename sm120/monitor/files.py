@@ -26,6 +26,7 @@ from sm120.core.defaults import STOP_TIMEOUT_S
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.state import private_dir
 from sm120.monitor.gpu_activity import DEFAULT_LIVELOCK_S
+from sm120.monitor.lock import monitor_pid_path
 from sm120.monitor.peaks import read_json, write_json_atomically
 from sm120.monitor.watchdog import (
     DEFAULT_MAX_RESTARTS,
@@ -85,7 +86,7 @@ class MonitorFiles:
 
     @property
     def pid(self) -> Path:
-        return self.own / "monitor.pid"
+        return monitor_pid_path(self.root)
 
     @property
     def diagnostics(self) -> Path:

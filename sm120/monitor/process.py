@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sm120.core.pidlock import PidLock, end_holder, lock_holder
 from sm120.engine.background import start_detached
 from sm120.monitor.files import MonitorFiles, load_settings
+from sm120.monitor.lock import take_monitor_lock
 from sm120.monitor.poll_loop import MonitorService
 from sm120.monitor.watched import DeploymentTarget, Relaunch, UrlTarget
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 MONITOR_MODULE = "sm120.monitor"
 STOP_TIMEOUT_S = 60.0
 START_WAIT_S = 10.0
+START_POLL_S = 0.01
 
 
 def running_monitor(files: MonitorFiles) -> int | None:
@@ -38,12 +40,13 @@ def start_monitor(name: str, files: MonitorFiles, module: str = MONITOR_MODULE) 
     this package's, or one that runs `serve` with a relaunch handed in (a higher layer's)."""
     files.make_dirs()
     process = start_detached([sys.executable, "-m", module, "--name", name], files.monitor_log)
-    # Wait until it holds its lock, so a `stop` right after a launch finds it.
+    # Wait until it holds its lock, so a `stop` right after a launch finds it. It takes the
+    # lock first thing (sm120.monitor.__main__), so this is Python's start, not its imports.
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline and process.poll() is None:
         if running_monitor(files) == process.pid:
             break
-        time.sleep(0.05)
+        time.sleep(START_POLL_S)
     return process.pid
 
 
@@ -67,17 +70,17 @@ def serve(
     url: str | None = None,
     api_key: str | None = None,
     relaunch: Relaunch | None = None,
+    lock: PidLock | None = None,
 ) -> int:
     """Run the monitor in this process until SIGTERM/SIGINT or the deployment goes away.
-    `relaunch` starts the deployment again where one argv cannot (several nodes)."""
+    `relaunch` starts the deployment again where one argv cannot (several nodes); `lock` is
+    the monitor's lock when the caller took it already (`python -m sm120.monitor`)."""
 
     files.make_dirs()
-    lock = PidLock(files.pid)
-    if not lock.acquire():
-        sys.stderr.write(
-            f"a monitor already runs for {files.root} (pid {running_monitor(files)})\n"
-        )
-        return 0
+    if lock is None:
+        lock = take_monitor_lock(files.root)
+        if lock is None:
+            return 0
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda _signum, _frame: stop.set())

@@ -8,14 +8,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from sm120.core.errors import PlanError
 from sm120.core.suggest import did_you_mean
+from sm120.core.yaml_data import load_yaml
 
 
 def _data(name: str) -> Any:
-    return yaml.safe_load(resources.files("sm120.data").joinpath(name).read_text("utf-8"))
+    return load_yaml(resources.files("sm120.data").joinpath(name).read_text("utf-8"))
 
 
 # Rendered per node from the multinode layout (see sm120/render/multinode.py).

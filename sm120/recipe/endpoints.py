@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sm120.core.yaml_data import load_yaml
 
 DATA_FILE = "endpoints.yaml"
 
@@ -90,7 +91,7 @@ def _release(version: str) -> Version | None:
 @cache
 def _catalogue() -> _Catalogue:
     text = resources.files("sm120.data").joinpath(DATA_FILE).read_text("utf-8")
-    return _Catalogue.model_validate(yaml.safe_load(text))
+    return _Catalogue.model_validate(load_yaml(text))
 
 
 def protocol_paths() -> dict[str, str]:

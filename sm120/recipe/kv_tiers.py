@@ -6,8 +6,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from packaging.version import InvalidVersion, Version
+
+from sm120.core.yaml_data import load_yaml
 
 OK = "ok"
 # An image that ships LMCache says so with the version it installs (its Dockerfile's build arg).
@@ -17,7 +18,7 @@ LMCACHE_BUILD_ARG = "LMCACHE_VERSION"
 @cache
 def _table() -> dict[str, Any]:
     text = resources.files("sm120.data").joinpath("kv_tiers.yaml").read_text("utf-8")
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = load_yaml(text)
     return loaded
 
 

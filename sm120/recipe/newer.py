@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from sm120.core.yaml_data import load_yaml
 from sm120.recipe.schema import Recipe
 
 
@@ -61,7 +61,7 @@ class Newer:
 @functools.cache
 def known_newer() -> tuple[KnownNewer, ...]:
     text = resources.files("sm120.data").joinpath("known_newer.yaml").read_text("utf-8")
-    return tuple(KnownNewer.model_validate(item) for item in yaml.safe_load(text))
+    return tuple(KnownNewer.model_validate(item) for item in load_yaml(text))
 
 
 def published_by_gpus(recipe: Recipe) -> dict[int, float]:

@@ -48,3 +48,18 @@ def test_a_clock_started_by_the_session_counts_what_came_before_the_launch() -> 
     clock = LaunchClock(time.monotonic() - 2.0)
     ((step, took),) = clock.steps
     assert step == "start-up, plan, preflight, weights" and took >= 2.0
+
+
+def test_the_gate_is_a_step_of_its_own_and_counts_in_the_total() -> None:
+    state = DeploymentState.from_dict(state_document(deployment_dir("demo"), port=18001))
+    wait: Any = None
+    ready = Ready(
+        state, plan_for("tiny").plan, wait, "ok", total_s=3.5, steps=[("spawn", 3.5)]
+    )  # fmt: skip
+    ready.add_step("gate", 12.25)
+    timings = ready_document(ready)["timings"]
+    assert timings["steps"] == [  # type: ignore[index]
+        {"step": "spawn", "seconds": 3.5},
+        {"step": "gate", "seconds": 12.25},
+    ]
+    assert timings["total_s"] == 15.75  # type: ignore[index]

@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 
-from sm120.deploy.wait import SETTLE_MAX_S, StartupFailed, wait_until_ready
-from sm120.logs.phases import Phase
+from sm120.deploy.wait import (
+    NEAR_READY_POLL_S,
+    SETTLE_MAX_S,
+    StartupFailed,
+    poll_interval,
+    wait_until_ready,
+)
+from sm120.logs.phases import Phase, StartupTracker
 from tests.helpers import DATA_DIR
 
 
@@ -166,3 +172,67 @@ def test_a_start_still_writing_at_the_timeout_is_not_called_hung() -> None:
     assert failed.value.hint is not None and failed.value.hint.startswith(
         "raise the recipe's timeouts.ready_s"
     )
+
+
+SERVER_STARTS = "(APIServer pid=1) INFO 11-28 22:53:14 [api_server.py:677] Starting vLLM server on http://127.0.0.1:8000"
+
+
+class Clocked:
+    """An engine whose log says the server starts at `starts_at` s and whose /health answers
+    200 from `up_at` s; counts how often /health was asked."""
+
+    def __init__(self, lines: list[str], starts_at: float, up_at: float) -> None:
+        self.lines, self.starts_at, self.up_at = lines, starts_at, up_at
+        self.began = time.monotonic()
+        self.asked = 0
+
+    def follow(self) -> Iterator[str]:
+        spacing = self.starts_at / len(self.lines)
+        for line in self.lines:
+            time.sleep(spacing)
+            yield line
+        while True:
+            time.sleep(0.05)
+
+    def health(self) -> int | None:
+        self.asked += 1
+        return 200 if time.monotonic() - self.began >= self.up_at else None
+
+    def wait(self, poll_s: float) -> float:
+        wait_until_ready(
+            lines=self.follow(),
+            client=self,  # type: ignore[arg-type]  # only health() is asked
+            running=lambda: True,
+            exit_text=lambda: "exited",
+            timeout_s=60,
+            on_update=lambda update, elapsed: None,
+            poll_s=poll_s,
+        )
+        return time.monotonic() - self.began
+
+
+def test_the_poll_quickens_once_the_log_says_the_api_server_starts() -> None:
+    tracker = StartupTracker()
+    assert poll_interval(tracker, 0.5) == 0.5
+    tracker.feed(UP_TO_COMPILE[-1], time.time())
+    assert poll_interval(tracker, 0.5) == 0.5
+    tracker.feed(SERVER_STARTS, time.time())
+    assert poll_interval(tracker, 0.5) == NEAR_READY_POLL_S
+    assert poll_interval(tracker, 0.01) == 0.01
+
+
+def test_ready_follows_the_server_start_by_a_fast_poll_not_a_whole_poll_s() -> None:
+    # Polled every 2 s throughout, READY would come at 2 s; the line that says the server
+    # starts (0.3 s) wakes the wait, which then asks every NEAR_READY_POLL_S.
+    engine = Clocked([*UP_TO_COMPILE[:3], SERVER_STARTS], starts_at=0.3, up_at=0.4)
+    took = engine.wait(poll_s=2.0)
+    assert 0.4 <= took < 0.4 + 0.35
+
+
+def test_lines_while_loading_do_not_ask_the_engine_more_often_than_poll_s() -> None:
+    # 40 lines over 1.2 s wake the wait 40 times; /health is asked once per poll_s still.
+    engine = Clocked([*CPU_START[:39], SERVER_STARTS], starts_at=1.2, up_at=1.3)
+    took = engine.wait(poll_s=0.5)
+    assert took < 1.3 + 0.35
+    # 0, 0.5, 1.0 while loading; then every 0.05 s from the start line (~1.2 s) to 1.3 s.
+    assert engine.asked <= 3 + 5

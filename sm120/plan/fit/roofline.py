@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from sm120.core.errors import PlanError
+from sm120.core.yaml_data import load_yaml
 from sm120.plan.fit.active_bytes import ACTIVATION_BYTES, ActiveBytes, active_weight_bytes
 from sm120.plan.fit.dims import GIB, PlannerDims, load_dims
 from sm120.plan.fit.memory import build_spec, layout_for, planned_layout
@@ -123,7 +122,7 @@ class SpecRoofline:
 def _bandwidth_table() -> tuple[tuple[re.Pattern[str], GpuBandwidth | None], ...]:
     text = resources.files("sm120.data").joinpath("gpus.yaml").read_text(encoding="utf-8")
     rows = []
-    for item in yaml.safe_load(text):
+    for item in load_yaml(text):
         figure = item.get("memory_bandwidth_gbs")
         bandwidth = GpuBandwidth(float(figure), item["bandwidth_source"]) if figure else None
         rows.append((re.compile(item["match"], re.IGNORECASE), bandwidth))
