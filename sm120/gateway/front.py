@@ -356,7 +356,11 @@ class FrontConnection(asyncio.Protocol):
         if cached is None or cached[1].sleep_mode:
             self.front.spawn(self._route_after_reading(head, body, parsed, model))
             return
-        self._go(front.route(head, body, parsed, model, *cached))
+        try:
+            route = front.route(head, body, parsed, model, *cached)
+        except Exception:  # e.g. the normaliser on an odd body: the application answers it
+            route = None
+        self._go(route)
 
     async def _route_after_reading(
         self, head: RequestHead, body: bytes, parsed: dict[str, Any], model: str

@@ -74,7 +74,9 @@ class Engine:
 
 
 @contextlib.asynccontextmanager
-async def gateway(engine: Engine, url: str | None = None, **fields: Any) -> AsyncIterator[Front]:
+async def gateway(
+    engine: Engine, url: str | None = None, rewrite: Any = None, **fields: Any
+) -> AsyncIterator[Front]:
     server = await asyncio.start_server(engine.serve, "127.0.0.1", 0)
     engine.port = server.sockets[0].getsockname()[1]
     url = url or f"http://127.0.0.1:{engine.port}"
@@ -84,7 +86,8 @@ async def gateway(engine: Engine, url: str | None = None, **fields: Any) -> Asyn
         return dict(table)
 
     session = aiohttp.ClientSession(auto_decompress=False)
-    app = build_app(GATEWAY_KEY, Swapper(SwapPolicy(), FakeActions(table), discover), session)
+    swapper = Swapper(SwapPolicy(), FakeActions(table), discover)
+    app = build_app(GATEWAY_KEY, swapper, session, rewrite=rewrite)
     internal = TestServer(app)
     await internal.start_server()
     assert internal.port is not None
@@ -352,3 +355,20 @@ def test_a_large_answer_to_a_slow_reader_arrives_whole() -> None:
             return head + bytes(got)
 
     assert run(scenario()) == answer
+
+
+def test_a_fast_path_that_fails_hands_the_request_over_rather_than_dropping_it() -> None:
+    def broken(_path: str, _body: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("a normaliser defect")
+
+    async def scenario() -> tuple[bytes, Front]:
+        async with gateway(Engine(), rewrite=broken) as the_front:
+            # Read once, so the fast path routes from its table without a task.
+            await the_front.routes.table(fresh=True)
+            reader, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
+            writer.write(request(CHAT))
+            return (await read_answers(reader, 1))[0], the_front
+
+    answer, the_front = run(scenario())
+    assert answer.startswith(b"HTTP/1.1 500")  # the application's answer to the same defect
+    assert the_front.counts.handed_over == 1
