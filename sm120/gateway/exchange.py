@@ -10,9 +10,9 @@ from typing import Protocol
 
 from sm120.gateway.backends import Backend
 from sm120.gateway.relay import (
-    PASSED_REQUEST_HEADERS,
     READ_TIMEOUT_S,
     ROUTE_MISS_BYTES,
+    engine_headers,
     error_bytes,
     is_route_miss,
 )
@@ -145,20 +145,10 @@ class Exchange:
 def upstream_request(
     head: RequestHead, body: bytes, backend: Backend, host_header: str, prefix: str
 ) -> bytes:
-    """What the engine gets: the client's protocol headers, the deployment's own key (never
-    the gateway's), and no compression to undo on the way back."""
+    """The request the engine gets: the client's target under the engine's path prefix, with
+    the headers the application's relay sends too (relay.engine_headers)."""
+    headers = engine_headers(lambda name: head.header(name.lower()), backend)
+    headers["Content-Length"] = str(len(body))
     lines = [f"{head.method} {prefix}{head.target} HTTP/1.1", f"Host: {host_header}"]
-    content_type = "application/json"
-    for name in PASSED_REQUEST_HEADERS:
-        value = head.header(name.lower())
-        if value is None:
-            continue
-        if name == "Content-Type":
-            content_type = value
-        else:
-            lines.append(f"{name}: {value}")
-    lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
-    lines.append("Accept-Encoding: identity")
-    if backend.api_key:
-        lines.append(f"Authorization: Bearer {backend.api_key}")
+    lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body

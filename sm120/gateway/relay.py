@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -40,34 +41,44 @@ _TIMEOUT = aiohttp.ClientTimeout(
 )
 
 
+def _error_body(status: int, message: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": status, **extra}}
+
+
 def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
     """An error in the OpenAI shape every client SDK parses (the gateway's own answers)."""
-    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
-    return web.json_response(body, status=status)
+    return web.json_response(_error_body(status, message, kind, **extra), status=status)
 
 
 def error_bytes(status: int, message: str, kind: str, **extra: Any) -> bytes:
     """The same error as `openai_error`, as a whole HTTP/1.1 answer for the gateway's fast
     path (sm120.gateway.front), which writes bytes, not aiohttp responses."""
-    body = json.dumps({"error": {"message": message, "type": kind, "code": status, **extra}})
-    reason = HTTPStatus(status).phrase
+    body = json.dumps(_error_body(status, message, kind, **extra)).encode()
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(body.encode())}\r\n\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    return head.encode() + body.encode()
+    return head.encode() + body
 
 
-def _upstream_headers(request: web.Request, backend: Backend) -> dict[str, str]:
-    headers = {
-        name: request.headers[name] for name in PASSED_REQUEST_HEADERS if name in request.headers
-    }
+def engine_headers(sent: Callable[[str], str | None], backend: Backend) -> dict[str, str]:
+    """The headers a deployment gets, from `sent` (a client's header by name): the client's
+    protocol headers, the deployment's own key (never the gateway's), no compression."""
+    headers = {}
+    for name in PASSED_REQUEST_HEADERS:
+        value = sent(name)
+        if value is not None:
+            headers[name] = value
     headers.setdefault("Content-Type", "application/json")
     # The answer is passed on as sent: no compression to undo on the way.
     headers["Accept-Encoding"] = "identity"
     if backend.api_key:
         headers["Authorization"] = f"Bearer {backend.api_key}"
     return headers
+
+
+def _upstream_headers(request: web.Request, backend: Backend) -> dict[str, str]:
+    return engine_headers(request.headers.get, backend)
 
 
 async def relay(
