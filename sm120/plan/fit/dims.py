@@ -39,7 +39,21 @@ _ARCH_KEYS = (
     "sliding_window",
     "num_nextn_predict_layers",
     "max_position_embeddings",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "kv_source_layer_ids",
+    "index_source_layer_ids",
 )
+# Other names for the same fields (Qwen3.8-Flash-Next's indexer and MTP, GLM-5.3's key pool)
+_ALIASES = {
+    "indexer_head_dim": "index_head_dim",
+    "indexer_compress_ratio": "index_compress_ratio",
+    "index_kpool": "index_compress_ratio",
+    "mtp_num_hidden_layers": "num_nextn_predict_layers",
+}
 _DTYPES = {"bfloat16", "float16", "float32"}
 
 
@@ -99,6 +113,10 @@ def _dims_from_config(
     if not isinstance(layers, int) or isinstance(layers, bool) or layers <= 0:
         raise PlanError(f"{origin} has no positive num_hidden_layers", _CONFIG_HINT)
     data: dict[str, Any] = {k: config[k] for k in _ARCH_KEYS if config.get(k) is not None}
+    for alias, key in _ALIASES.items():
+        if config.get(alias) is not None and key not in data:
+            data[key] = config[alias]
+    data.update(_linear_fields(config, layers))
     heads = data.get("num_attention_heads")
     hidden = config.get("hidden_size")
     if "head_dim" not in data and isinstance(heads, int) and isinstance(hidden, int) and heads:
@@ -119,6 +137,45 @@ def _dims_from_config(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise PlanError(f"{origin}: {where}: {first['msg']}", _CONFIG_HINT) from None
+
+
+def _linear_fields(config: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The recurrent layers of a hybrid model: Gated DeltaNet (Qwen3-Next's layer_types or
+    full_attention_interval) or KDA (Kimi-Linear's linear_attn_config)."""
+    kda = config.get("linear_attn_config")
+    types = config.get("layer_types")
+    counted = (
+        sum(1 for kind in types[:layers] if kind == "linear_attention")
+        if isinstance(types, list)
+        else None
+    )
+    fields: dict[str, Any] = {}
+    if isinstance(kda, dict) and kda.get("num_heads"):
+        kda_layers, full = kda.get("kda_layers"), kda.get("full_attn_layers")
+        if counted is None and isinstance(kda_layers, list):
+            counted = len(kda_layers)
+        elif counted is None and isinstance(full, list):
+            counted = layers - len(full)
+        heads, dim = kda["num_heads"], kda.get("head_dim")
+        fields = {
+            "linear_attention": "kda",
+            "linear_num_key_heads": heads,
+            "linear_num_value_heads": heads,
+            "linear_key_head_dim": dim,
+            "linear_value_head_dim": dim,
+            "linear_conv_kernel_dim": kda.get("short_conv_kernel_size", 4),
+        }
+    elif config.get("linear_num_value_heads") is not None:
+        interval = config.get("full_attention_interval")
+        if counted is None and isinstance(interval, int) and interval > 0:
+            counted = layers - layers // interval
+        fields = {"linear_attention": "gdn"}
+        ssm = config.get("mamba_ssm_dtype")
+        if ssm in _DTYPES:
+            fields["mamba_ssm_dtype"] = ssm
+    if fields and counted is not None:
+        fields["linear_layers"] = counted
+    return fields
 
 
 def _indexer_full_layers(config: dict[str, Any]) -> int | None:

@@ -95,9 +95,14 @@ class KVLayout:
     # The unit a request's byte-counted window pages are rounded up in (vLLM 0.26 DeepSeek-V4:
     # the compressed layers' pages of one block); None: bytes_per_block.
     window_unit_bytes: int | None = None
+    # Hybrid linear-attention models (hybrid.py): block tables of per-token layers, and the
+    # fixed number of state blocks a request holds whatever its length.
+    token_tables: int = 1
+    state_blocks: int = 0
 
     def blocks_per_request(self, context: int) -> int:
-        blocks = cdiv(cdiv(context, self.dcp), self.block_size)
+        blocks = self.token_tables * cdiv(cdiv(context, self.dcp), self.block_size)
+        blocks += self.state_blocks
         paged = 0
         for cache in self.windows:
             held = cache.blocks(context, self.chunk_tokens)
@@ -217,7 +222,10 @@ def mla(
     layers = dims.num_hidden_layers + extra_layers
     sparse = indexer_layers is not None
     if sparse and dtype.fp8:
-        per_layer = FP8_DS_MLA_BYTES  # fp8 becomes the fp8_ds_mla layout on sparse MLA
+        # fp8 becomes the fp8_ds_mla layout on sparse MLA: fp8 latent, an fp32 scale per 128,
+        # bf16 RoPE (656 B for 512 + 64; GLM-5.3's 512 + 0: the b12x fork's 528-byte record)
+        rank, rope = dims.kv_lora_rank or 0, dims.qk_rope_head_dim or 0
+        per_layer = rank + rank // 128 * 4 + rope * 2
     elif dtype.nvfp4:
         raise PlanError("nvfp4 KV cache has no MLA layout on SM12x (F07)", "use fp8")
     else:
