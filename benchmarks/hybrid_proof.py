@@ -72,7 +72,8 @@ def engine_args(case: dict[str, Any]) -> list[str]:
     return argv
 
 
-def plan(args: argparse.Namespace, case: dict[str, Any], model: Path) -> dict[str, Any]:
+def plan_argv(case: dict[str, Any], model: Path) -> list[str]:
+    """`sm120 plan` with the inputs the engine of `case` was given."""
     recipe, extra = PLANNED_BY[case["model"]]
     spec = (
         json.dumps({"method": "mtp", "num_speculative_tokens": case["mtp"]})
@@ -93,6 +94,11 @@ def plan(args: argparse.Namespace, case: dict[str, Any], model: Path) -> dict[st
     ]  # fmt: skip
     for setting in settings:
         argv += ["--set", setting]
+    return argv
+
+
+def plan(args: argparse.Namespace, case: dict[str, Any], model: Path) -> dict[str, Any]:
+    argv = plan_argv(case, model)
     home = Path(tempfile.mkdtemp(prefix="plan-home-"))
     result = sm120(home, args.vllm_python, *argv, timeout=120)
     if result.returncode != 0:

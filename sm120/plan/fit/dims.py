@@ -47,12 +47,14 @@ _ARCH_KEYS = (
     "kv_source_layer_ids",
     "index_source_layer_ids",
 )
-# Other names for the same fields (Qwen3.8-Flash-Next's indexer and MTP, GLM-5.3's key pool)
+# Other names for the same fields (Qwen3.8-Flash-Next's indexer and MTP, GLM-5.3's key pool,
+# Kimi-Linear's context)
 _ALIASES = {
     "indexer_head_dim": "index_head_dim",
     "indexer_compress_ratio": "index_compress_ratio",
     "index_kpool": "index_compress_ratio",
     "mtp_num_hidden_layers": "num_nextn_predict_layers",
+    "model_max_length": "max_position_embeddings",  # Kimi-Linear
 }
 _DTYPES = {"bfloat16", "float16", "float32"}
 

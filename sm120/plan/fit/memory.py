@@ -70,6 +70,7 @@ class PlanSpec:
     mamba_cache_mode: str = "none"
     mamba_ssm_cache_dtype: str | None = None
     swa_block_size: int = DEFAULT_SWA_BLOCK
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes: the engine's own pool
 
     @property
     def model_limit(self) -> int:
@@ -151,6 +152,10 @@ def build_spec(
         if max_model_len is not None
         else _int_arg(plan, "max-model-len", dims.dims.max_position_embeddings)
     )
+    if context == -1 and max_model_len is None:
+        # vLLM's -1 fits the context to the KV pool, up to the model's limit: plan that limit;
+        # the plan's longest context is the length the engine settles on
+        context = dims.dims.max_position_embeddings
     if context < 1:
         raise PlanError(f"max-model-len must be at least 1, got {context}", "e.g. 131072")
     utilization = plan.arg("gpu-memory-utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
@@ -174,6 +179,7 @@ def build_spec(
         mamba_cache_mode=_mamba_mode(plan, attention),
         mamba_ssm_cache_dtype=_str_arg(plan, "mamba-ssm-cache-dtype"),
         swa_block_size=_int_arg(plan, "swa-block-size", DEFAULT_SWA_BLOCK),
+        kv_cache_memory_bytes=_int_arg(plan, "kv-cache-memory-bytes", 0) or None,
     )
 
 
@@ -290,6 +296,9 @@ def weights_per_gpu(spec: PlanSpec, tp: int) -> float | None:
 def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
     if spec.kv_memory_gib is not None:
         return spec.kv_memory_gib, "given"
+    if spec.kv_cache_memory_bytes is not None:
+        # the engine skips its memory profile and takes exactly this much KV per GPU
+        return spec.kv_cache_memory_bytes / GIB, "kv-cache-memory-bytes"
     if spec.gpu_mem_gib is None:
         raise PlanError(
             "GPU memory is unknown: the recipe names none",
