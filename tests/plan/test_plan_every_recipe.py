@@ -33,7 +33,7 @@ def test_every_recipe_and_variant_gets_a_kv_layout(
     # a multi-node recipe names the GPUs of one node; the planner wants the TP it plans
     gpus = str(max(plan.hardware.gpus, int(plan.arg("tensor-parallel-size", 1) or 1)))
     args = ["plan", recipe, *chosen, "--gpus", gpus, "--json"]
-    if plan.model.weights_gib is None and plan.arg("kv-cache-memory-bytes") is None:
+    if plan.model.weights_gib is None and not plan.arg("kv-cache-memory-bytes"):
         args += ["--kv-memory-gib", GIVEN_KV_GIB]
     code, out, err = invoke(cli, *args)
     assert code in (0, 1), err  # 1: F08, the context does not fit -- still a plan

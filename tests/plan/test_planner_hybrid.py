@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.core.errors import PlanError
-from sm120.plan.fit.dims import load_dims
+from sm120.plan.fit.dims import known_dims, load_dims
 from sm120.plan.fit.hybrid import HybridShape, hybrid, mamba_mode, state_bytes
 from sm120.recipe.loader import load_recipe
 from sm120.recipe.schema import ModelDims
@@ -205,3 +205,43 @@ def test_the_gpu_runs_engine_logs_are_planned_to_the_token(
     assert code == 0, err
     assert json.loads(out)["kv_pool_tokens"] == int(printed[1].replace(",", ""))
     assert row["plan_tokens"] == row["vllm_tokens"]
+
+
+def test_known_kimi_k3_dims_are_its_configs(tmp_path: Path) -> None:
+    shutil.copy(CONFIGS / "kimi-k3.json", tmp_path / "config.json")
+    from_config = load_dims(None, None, str(tmp_path)).dims
+    known = known_dims("lukealonso/Kimi-K3-QSRT-K2", "KimiK3ForConditionalGeneration")
+    assert known is not None
+    for field in ("num_hidden_layers", "kv_lora_rank", "qk_rope_head_dim", "linear_attention",
+                  "linear_layers", "linear_num_value_heads", "linear_value_head_dim",
+                  "linear_conv_kernel_dim", "max_position_embeddings"):  # fmt: skip
+        assert getattr(known, field) == getattr(from_config, field), field
+    # another architecture under the same repo name is not guessed
+    assert known_dims("lukealonso/Kimi-K3-QSRT-K2", "KimiLinearForCausalLM") is None
+
+
+def test_known_vision_exp_dims_are_deepseek_v4_flash_text_model() -> None:
+    known = known_dims("deepseek-ai/DeepSeek-V4-Flash-Vision-Exp", "DeepseekV4ForCausalLM")
+    flash = load_recipe("dsv4").model.dims
+    assert known is not None and flash is not None
+    kv_fields = (
+        "num_hidden_layers", "head_dim", "qk_rope_head_dim", "index_head_dim", "compress_ratios",
+        "sliding_window", "num_nextn_predict_layers", "block_size",
+    )  # fmt: skip
+    assert all(getattr(known, f) == getattr(flash, f) for f in kv_fields)
+
+
+def test_a_recipe_naming_a_known_checkpoint_needs_no_dims(cli: CliRunner) -> None:
+    code, out, err = invoke(
+        cli, "plan", "glm53flash", "--gpus", "9", "--kv-memory-gib", "20", "--json",
+        "--set", "model.repo=lukealonso/Kimi-K3-QSRT-K2",
+        "--set", "model.architecture=KimiK3ForConditionalGeneration",
+        "--set", "model.attention=kda_mla_hybrid", "--set", "model.dims=null",
+        "--set", "tensor-parallel-size=9", "--set", "decode-context-parallel-size=9",
+    )  # fmt: skip
+    assert code == 0, err
+    layout = json.loads(out)["kv_layout"]
+    assert "24 attention layers (MLA latent 576 B/token on each) + 69 recurrent layers" in layout
+    # 96 KDA heads over TP 9: 11 a rank (745,472 B of state); the recipe's 256-token blocks
+    # grow to 1,536 tokens x 576 B
+    assert "(745,472 B of state each, padded to the 884,736 B page); 1536-token blocks" in layout

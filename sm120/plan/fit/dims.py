@@ -9,6 +9,8 @@ which layers own an indexer cache) only exist in the recipe, which pins the imag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from sm120.core.bounded import read_json_capped
 from sm120.core.errors import PlanError, SM120Error
+from sm120.core.yaml_data import load_yaml
 from sm120.plan.derive import MAX_CONFIG_BYTES, derive_index_topk_pattern, read_config
 from sm120.recipe.schema import ModelDims
 
@@ -199,10 +202,32 @@ def _weights_on_disk(model_dir: Path) -> float | None:
     return total / GIB if total else None
 
 
+@cache
+def _known_checkpoints() -> tuple[dict[str, Any], ...]:
+    text = resources.files("sm120.data").joinpath("model_dims.yaml").read_text("utf-8")
+    return tuple(load_yaml(text)["checkpoints"])
+
+
+def known_dims(repo: str | None, architecture: str) -> ModelDims | None:
+    """The planner dimensions sm120/data/model_dims.yaml holds for this checkpoint, if any."""
+    for entry in _known_checkpoints():
+        if repo in entry["repos"] and entry["architecture"] == architecture:
+            return ModelDims.model_validate(entry["dims"])
+    return None
+
+
 def load_dims(
-    recipe_dims: ModelDims | None, recipe_weights_gib: float | None, model_dir: str | None
+    recipe_dims: ModelDims | None,
+    recipe_weights_gib: float | None,
+    model_dir: str | None,
+    repo: str | None = None,
+    architecture: str = "",
 ) -> PlannerDims:
-    """Dimensions from `model_dir`'s config.json when it has one, else from the recipe."""
+    """Dimensions from `model_dir`'s config.json when it has one, else from the recipe, else
+    from the known checkpoints (sm120/data/model_dims.yaml) by repo and architecture."""
+    known = known_dims(repo, architecture) if recipe_dims is None else None
+    source = "recipe model.dims" if known is None else "sm120/data/model_dims.yaml"
+    recipe_dims = recipe_dims or known
     directory = Path(model_dir) if model_dir else None
     config = read_config(directory) if directory is not None and directory.is_dir() else None
     if config is not None and directory is not None:
@@ -230,7 +255,7 @@ def load_dims(
         full = derive_index_topk_pattern(given).full_layers
     return PlannerDims(
         dims=recipe_dims,
-        source="recipe model.dims",
+        source=source,
         weights_gib=recipe_weights_gib,
         weights_source="recipe",
         indexer_full_layers=full,
