@@ -27,6 +27,7 @@ from reduced_models import write_reduced
 CONFIGS = DATA_DIR / "model_configs"
 PROOF = REPO / "benchmarks" / "results" / "gpu-proof-hybrid.json"
 KV_LINE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+CONCURRENCY_LINE = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 
 
 def _dims(**fields: object) -> ModelDims:
@@ -203,7 +204,11 @@ def test_the_gpu_runs_engine_logs_are_planned_to_the_token(
     model = write_reduced(case["model"], tmp_path / "model")
     code, out, err = invoke(cli, *hybrid_proof.plan_argv(case, model))
     assert code == 0, err
-    assert json.loads(out)["kv_pool_tokens"] == int(printed[1].replace(",", ""))
+    planned = json.loads(out)
+    assert planned["kv_pool_tokens"] == int(printed[1].replace(",", ""))
+    concurrency = CONCURRENCY_LINE.search(engine_log)
+    assert concurrency is not None
+    assert f"{planned['concurrency_at_max_len']:.2f}" == concurrency[1]
     assert row["plan_tokens"] == row["vllm_tokens"]
 
 
