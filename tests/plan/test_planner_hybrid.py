@@ -250,3 +250,32 @@ def test_a_recipe_naming_a_known_checkpoint_needs_no_dims(cli: CliRunner) -> Non
     # 96 KDA heads over TP 9: 11 a rank (745,472 B of state); the recipe's 256-token blocks
     # grow to 1,536 tokens x 576 B
     assert "(745,472 B of state each, padded to the 884,736 B page); 1536-token blocks" in layout
+
+
+def _bytes_per_token(cli: CliRunner, recipe: str, *sets: str) -> float:
+    args = [arg for value in sets for arg in ("--set", value)]
+    code, out, err = invoke(cli, "plan", recipe, "--gpus", "2", "--kv-memory-gib", "20",
+                            "--max-model-len", "262144", "--json", *args)  # fmt: skip
+    assert code == 0, err
+    return float(json.loads(out)["kv_bytes_per_token_per_rank"])
+
+
+def test_nvfp4_ds_mla_stores_360_bytes_where_fp8_ds_mla_stores_584(cli: CliRunner) -> None:
+    # rtx6kpro models/ds4dspark-nvfp4-kv.md (TP 2, 262K, max-num-batched-tokens 2048):
+    # 15.3 KB/token with fp8_ds_mla, 10.4 KB/token with nvfp4_ds_mla, "1.47x"
+    common = ("max-num-batched-tokens=2048", "image.engine_version=DSpark fork")
+    fp8 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=fp8", *common)
+    nvfp4 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=nvfp4_ds_mla", *common)
+    assert 2 * fp8 == pytest.approx(15.3e3, rel=0.02)
+    assert 2 * nvfp4 == pytest.approx(10.4e3, rel=0.02)
+    assert fp8 / nvfp4 == pytest.approx(1.47, rel=0.02)
+
+
+def test_nvfp4_ds_mla_is_refused_outside_deepseek_v4(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--kv-memory-gib", "20",
+                          "--set", "kv-cache-dtype=nvfp4_ds_mla")  # fmt: skip
+    assert code == 2
+    assert one_line_error(err) == (
+        "Error: kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
+        "attention 'mla_sparse_dsa' (hint: use fp8 (or nvfp4 on full attention))"
+    )

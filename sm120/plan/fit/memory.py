@@ -204,6 +204,12 @@ def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
             "use a TP that divides the head count (1, 2, 4 or 8)",
         )
     args = (spec.kv_dtype, spec.block_size, spec.draft_layers)
+    if spec.kv_dtype.name == "nvfp4_ds_mla" and spec.attention != "dsv4_compressed":
+        raise PlanError(
+            f"kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
+            f"attention '{spec.attention}'",
+            "use fp8 (or nvfp4 on full attention)",
+        )
     if spec.attention == "full":
         return kv.full_attention(dims, tp, dcp, *args)
     if spec.attention == "mla":
