@@ -279,3 +279,13 @@ def test_nvfp4_ds_mla_is_refused_outside_deepseek_v4(cli: CliRunner) -> None:
         "Error: kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
         "attention 'mla_sparse_dsa' (hint: use fp8 (or nvfp4 on full attention))"
     )
+
+
+def test_an_unknown_mamba_ssm_cache_dtype_is_refused_in_one_line(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", "qwen38flash", "--gpus", "1", "--set",
+                          "mamba-ssm-cache-dtype=fp6")  # fmt: skip
+    assert code == 2
+    assert one_line_error(err) == (
+        "Error: mamba-ssm-cache-dtype 'fp6' is not one the planner models "
+        "(hint: use auto, bfloat16, float16 or float32)"
+    )

@@ -68,6 +68,11 @@ def state_bytes(dims: ModelDims, tp: int, spec_tokens: int, ssm_dtype: str | Non
         conv = _shard(conv_dim, tp) * (kernel - 1) * conv_bytes
         recurrent = _shard(value_heads, tp) * value_dim * value_dim * 4
         return conv + recurrent
+    if ssm_dtype is not None and ssm_dtype not in _DTYPE_BYTES:
+        raise PlanError(
+            f"mamba-ssm-cache-dtype '{ssm_dtype}' is not one the planner models",
+            "use auto, bfloat16, float16 or float32",
+        )
     ssm = _DTYPE_BYTES[ssm_dtype or "auto"] or (
         _DTYPE_BYTES[dims.mamba_ssm_dtype] if dims.mamba_ssm_dtype else conv_bytes
     )
