@@ -110,6 +110,15 @@ class RequestReader:
             if self._head_size > MAX_HEAD_BYTES:
                 self._refuse(431, "request head too large")
 
+    def close(self) -> None:
+        """The connection is gone. The parser holds this reader's callbacks, a cycle the
+        garbage collector would free only on its next full pass: broken here, so a closed
+        connection's memory goes at once."""
+        self.refused = True
+        self._parser = None  # type: ignore[assignment]
+        self.out.clear()
+        self._reset()
+
     def eof(self) -> None:
         """The client sent its last byte: a request cut short is refused."""
         if self._in_message and not self.refused:

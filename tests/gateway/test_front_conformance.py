@@ -6,7 +6,9 @@ malformed case is a fast-path request that would be served 200 if the defect pas
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 
 import h11
 import pytest
@@ -207,3 +209,25 @@ def test_connections_past_the_bound_are_refused_with_503(monkeypatch: pytest.Mon
     refused, served = run(scenario())
     assert refused.startswith(b"HTTP/1.1 503") and b"too many open connections" in refused
     assert served.startswith(b"HTTP/1.1 200")
+
+
+def test_a_closed_connections_parser_is_freed_at_once_not_at_the_next_gc() -> None:
+    """The parser holds its reader's callbacks: unless the close breaks that cycle, a flood's
+    heads stay in memory until a full garbage collection (61 -> 552 MB in the sweep)."""
+    async def scenario() -> bool:
+        async with gateway(Engine()) as the_front:
+            _, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nX: " + b"a" * 4000)
+            await asyncio.sleep(0.05)
+            (connection,) = the_front.connections
+            parser_reader = weakref.ref(connection.reader)
+            del connection
+            writer.close()
+            await asyncio.sleep(0.1)
+            return parser_reader() is None
+
+    gc.disable()
+    try:
+        assert run(scenario())
+    finally:
+        gc.enable()
