@@ -30,9 +30,7 @@ from sm120.plan.fit.active_bytes import (
 )
 from sm120.plan.fit.dims import GIB, PlannerDims
 
-SOURCE = (
-    "estimated from config dims; pass --model-dir or --kv-memory-gib for a measured figure"
-)
+SOURCE = "estimated from config dims; pass --model-dir or --kv-memory-gib for a measured figure"
 # DeepSeek-V4's output projection is a grouped low-rank pair; V4-Flash's and V4.1-Flash's
 # configs both give o_groups 8 and o_lora_rank 1024 (model.dims has no field for them).
 DSV4_O_GROUPS = 8
