@@ -20,7 +20,7 @@ from sm120.plan.fit.resident import SOURCE, WeightEstimate, estimate_weights
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.recipe.schema import ModelDims
-from tests.helpers import invoke, plan_for
+from tests.helpers import invoke, one_line_error, plan_for
 
 # Worst error (estimate / stated - 1) each checkpoint may show, with why where it is not 10%.
 # The figures in the comments are this test's own output (pytest -s prints the table).
@@ -202,13 +202,17 @@ def test_a_part_without_its_shape_is_named_not_guessed() -> None:
     )
 
 
+def document_weights(cli: CliRunner) -> float:
+    code, out, err = invoke(cli, "plan", "dsv41", "--gpus", "4", "--json")
+    assert code in (0, 1), err
+    return float(json.loads(out)["weights_gib_per_gpu"])
+
+
 def test_the_plan_says_the_size_is_an_estimate(cli: CliRunner) -> None:
     code, out, err = invoke(cli, "plan", "dsv41", "--gpus", "4")
     assert code in (0, 1), err
-    flat = " ".join(out.split()).replace("│ │", "")
-    assert "estimated from config dims; pass --model-dir or --kv-memory-gib" in " ".join(
-        flat.replace("│", " ").split()
-    )
+    text = " ".join(out.replace("│", " ").split())  # the table's cells, unwrapped
+    assert f"weights / GPU ~{document_weights(cli):.2f} GiB ({SOURCE})" in text
     code, out, err = invoke(cli, "plan", "dsv41", "--gpus", "4", "--json")
     document = json.loads(out)
     assert document["weights_source"] == SOURCE
@@ -239,3 +243,39 @@ def test_kv_memory_gib_still_overrides_the_estimate(cli: CliRunner) -> None:
     assert estimated["kv_memory_source"] == "estimated"
     assert estimated["kv_memory_gib_per_gpu"] != 20
     assert given["kv_pool_tokens"] != estimated["kv_pool_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        (
+            "model.quantization=qsrt_k2",
+            "quantization 'qsrt_k2' has no bytes-per-parameter figure to estimate it",
+        ),
+        ("model.dims.vocab_size=null", "model.dims lacks vocab_size to estimate it"),
+        (
+            "model.dims.n_routed_experts=null",
+            "model.dims lacks intermediate_size or n_routed_experts and moe_intermediate_size "
+            "to estimate it",
+        ),
+    ],
+)
+def test_without_an_estimate_the_plan_says_what_is_missing(
+    setting: str, why: str, cli: CliRunner
+) -> None:
+    code, _, err = invoke(
+        cli,
+        "plan",
+        "qwen38flash",
+        "--gpus",
+        "1",
+        "--set",
+        setting,
+        "--set",
+        "kv-cache-memory-bytes=null",
+    )
+    assert code == 2
+    assert one_line_error(err) == (
+        f"Error: the resident weight size is unknown: the recipe has no model.weights_gib and "
+        f"{why} (hint: pass --model-dir with the weights, or --kv-memory-gib)"
+    )

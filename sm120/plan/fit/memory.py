@@ -5,6 +5,9 @@ cache memory" line) or estimated as
 
     gpu memory x gpu-memory-utilization - weights / TP - ACTIVATION_OVERHEAD_GIB
 
+Weights are the checkpoint's files (--model-dir), else the recipe's model.weights_gib, else
+an estimate counted from model.dims (resident.py), which the plan names as such.
+
 The overhead stands for what vLLM's profiling run takes besides weights and KV: peak
 activations of one max-num-batched-tokens step, the CUDA-graph pool and non-torch memory
 (NCCL buffers, cuBLAS workspaces). Seed 002 implies about 1.3 GiB (GLM-5.2, 8 captured
@@ -27,7 +30,7 @@ from sm120.plan.fit.dsv4_packed import deepseek_v4_packed
 from sm120.plan.fit.dsv41 import DEFAULT_SWA_BLOCK, deepseek_v41
 from sm120.plan.fit.hybrid import KERNEL_BLOCK, HybridShape, hybrid, mamba_mode, state_bytes
 from sm120.plan.fit.resident import SOURCE as ESTIMATE_SOURCE
-from sm120.plan.fit.resident import WeightEstimate, estimate_weights
+from sm120.plan.fit.resident import WeightEstimate, estimate_gap, estimate_weights
 from sm120.plan.resolve import LaunchPlan
 
 ACTIVATION_OVERHEAD_GIB = 1.5
@@ -329,8 +332,9 @@ def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
         )
     weights = weights_per_gpu(spec, tp)
     if weights is None:
+        gap = estimate_gap(spec.dims, spec.quantization) or "no estimate"
         raise PlanError(
-            "the resident weight size is unknown: the recipe has no model.weights_gib",
+            f"the resident weight size is unknown: the recipe has no model.weights_gib and {gap}",
             "pass --model-dir with the weights, or --kv-memory-gib",
         )
     usable = spec.gpu_mem_gib * spec.utilization

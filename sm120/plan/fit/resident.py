@@ -73,17 +73,29 @@ class _Count:
             self.replicated += params * width
 
 
+def estimate_gap(dims: PlannerDims, quantization: str) -> str | None:
+    """Why there can be no estimate (one clause), or None when there can be one."""
+    d = dims.dims
+    if quantization.lower() not in EXPERT_BYTES:
+        return f"quantization '{quantization}' has no bytes-per-parameter figure to estimate it"
+    lacking = [name for name in ("hidden_size", "vocab_size") if not getattr(d, name)]
+    if not (d.n_routed_experts and d.moe_intermediate_size) and not d.intermediate_size:
+        lacking.append("intermediate_size or n_routed_experts and moe_intermediate_size")
+    if lacking:
+        return f"model.dims lacks {', '.join(lacking)} to estimate it"
+    return None
+
+
 def estimate_weights(
     dims: PlannerDims, attention: str, quantization: str, draft_layers: int
 ) -> WeightEstimate | None:
-    """The estimate, or None when model.dims lacks the hidden size, the vocabulary or the MLP
-    shape (the plan then asks for a measured size, as before)."""
-    d = dims.dims
-    expert_width = EXPERT_BYTES.get(quantization.lower())
-    hidden, vocab = d.hidden_size, d.vocab_size
-    has_moe = bool(d.n_routed_experts and d.moe_intermediate_size)
-    if expert_width is None or not hidden or not vocab or not (has_moe or d.intermediate_size):
+    """The estimate, or None when estimate_gap names what is missing (the plan then asks for
+    a measured size)."""
+    if estimate_gap(dims, quantization) is not None:
         return None
+    d = dims.dims
+    expert_width = EXPERT_BYTES[quantization.lower()]
+    hidden, vocab = d.hidden_size or 0, d.vocab_size or 0
     activation = ACTIVATION_BYTES[d.dtype]
     linear = expert_width if d.quantized == "all_linear" else activation
     count, missing = _Count(), []
