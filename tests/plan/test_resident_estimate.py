@@ -9,6 +9,8 @@ says (explained below). The estimate is then used only where no size is stated.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -19,7 +21,9 @@ from sm120.plan.fit.resident import SOURCE, WeightEstimate, estimate_weights
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.recipe.schema import ModelDims
-from tests.helpers import invoke, one_line_error, plan_for
+from tests.helpers import DATA_DIR, invoke, one_line_error, plan_for
+
+CONFIGS = DATA_DIR / "model_configs"
 
 # Worst error (estimate / stated - 1) each checkpoint may show, with why where it is not 10%.
 # This test's own output (pytest -s prints the table): DeepSeek-V4-Flash MXFP4 +2.4%, NVFP4
@@ -30,8 +34,9 @@ DEFAULT_BAND = 0.10
 BANDS = {
     # 313 GB on disk (291.5 GiB) against a one-copy count of 265.4 GiB for 466 B parameters
     # (its name says 469 B): the file holds ~26 GiB more than NVFP4 experts and bf16 rest,
-    # i.e. some layers stay at higher precision, which config.json does not say. Measured
-    # 314.4 GiB (78.6 GiB/GPU at TP 4): -12.9% at TP 4, -15.8% for the TP 2 variant.
+    # i.e. some layers stay at higher precision, which config.json does not say. The stated
+    # 314.4 is seed 002's "~78.6 GB/GPU resident" x 4 read as GiB: -12.9% at TP 4, -15.8%
+    # for the TP 2 variant (read as GB, 292.8 GiB, TP 4 would be -6.5%).
     "0xSero/GLM-5.2-NVFP4-REAP-469B": 0.17,
 }
 
@@ -288,3 +293,29 @@ def test_vision_exp_known_dims_count_as_deepseek_v4_flash() -> None:
     estimate = estimate_weights(dims, "dsv4_compressed", "mxfp4", 1)
     assert estimate is not None and estimate.not_counted == ()
     assert estimate.params / 1e9 == pytest.approx(290.3, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "config"),
+    [
+        ("dsv41", "deepseek-v4.1-flash.json"),
+        ("glm53flash", "glm-5.3-flash.json"),
+        ("qwen38flash", "qwen3.8-flash-next.json"),
+    ],
+)
+def test_the_recipes_count_what_their_config_json_holds(
+    recipe: str, config: str, tmp_path: Path
+) -> None:
+    """A checkpoint folder with only its config.json (no weight files) is estimated from the
+    config; the recipes' model.dims copies of the same fields give the same figure."""
+    shutil.copy(CONFIGS / config, tmp_path / "config.json")
+    plan = plan_for(recipe).plan
+    from_config = load_dims(None, None, str(tmp_path))
+    assert from_config.weights_gib is None
+    counted = [
+        estimate_weights(dims, plan.model.attention, plan.model.quantization, 1)
+        for dims in (from_config, _planner_dims(plan))
+    ]
+    assert counted[0] is not None and counted[1] is not None
+    assert counted[0].params == counted[1].params
+    assert counted[0].not_counted == counted[1].not_counted
