@@ -120,9 +120,10 @@ def _show(report: Report, recipe: str) -> None:
     table.add_column("what", style="bold")
     table.add_column("value")
     weights = planned.weights_gib_per_gpu
+    about = "~" if spec.weights_estimate is not None else ""  # counted from model.dims
     table.add_row(
         "weights / GPU",
-        "unknown" if weights is None else f"{weights:.2f} GiB ({spec.dims.weights_source})",
+        "unknown" if weights is None else f"{about}{weights:.2f} GiB ({spec.dims.weights_source})",
     )
     table.add_row(
         "KV memory / GPU",

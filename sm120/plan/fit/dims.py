@@ -49,6 +49,19 @@ _ARCH_KEYS = (
     "linear_conv_kernel_dim",
     "kv_source_layer_ids",
     "index_source_layer_ids",
+    # the shape the resident-weight estimate counts (resident.py)
+    "hidden_size",
+    "vocab_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "index_n_heads",
 )
 # Other names for the same fields (Qwen3.8-Flash-Next's indexer and MTP, GLM-5.3's key pool,
 # Kimi-Linear's context)
@@ -58,6 +71,10 @@ _ALIASES = {
     "index_kpool": "index_compress_ratio",
     "mtp_num_hidden_layers": "num_nextn_predict_layers",
     "model_max_length": "max_position_embeddings",  # Kimi-Linear
+    "num_experts": "n_routed_experts",  # Qwen3-Next, Kimi-Linear
+    "num_experts_per_token": "num_experts_per_tok",  # Kimi-Linear
+    "num_shared_experts": "n_shared_experts",  # Kimi-Linear
+    "indexer_n_heads": "index_n_heads",
 }
 _DTYPES = {"bfloat16", "float16", "float32"}
 
@@ -122,6 +139,7 @@ def _dims_from_config(
         if config.get(alias) is not None and key not in data:
             data[key] = config[alias]
     data.update(_linear_fields(config, layers))
+    data.update(_qwen_shared_expert(config, data))
     heads = data.get("num_attention_heads")
     hidden = config.get("hidden_size")
     if "head_dim" not in data and isinstance(heads, int) and isinstance(hidden, int) and heads:
@@ -142,6 +160,18 @@ def _dims_from_config(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise PlanError(f"{origin}: {where}: {first['msg']}", _CONFIG_HINT) from None
+
+
+def _qwen_shared_expert(config: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """Qwen's MoE names one shared expert by its width (shared_expert_intermediate_size); as
+    n_shared_experts it counts when that width is a multiple of the routed experts'."""
+    shared, routed = (
+        config.get("shared_expert_intermediate_size"),
+        data.get("moe_intermediate_size"),
+    )
+    if "n_shared_experts" in data or not isinstance(shared, int) or not isinstance(routed, int):
+        return {}
+    return {"n_shared_experts": shared // routed} if routed and shared % routed == 0 else {}
 
 
 def _linear_fields(config: dict[str, Any], layers: int) -> dict[str, Any]:

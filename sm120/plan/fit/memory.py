@@ -5,6 +5,9 @@ cache memory" line) or estimated as
 
     gpu memory x gpu-memory-utilization - weights / TP - ACTIVATION_OVERHEAD_GIB
 
+Weights are the checkpoint's files (--model-dir), else the recipe's model.weights_gib, else
+an estimate counted from model.dims (resident.py), which the plan names as such.
+
 The overhead stands for what vLLM's profiling run takes besides weights and KV: peak
 activations of one max-num-batched-tokens step, the CUDA-graph pool and non-torch memory
 (NCCL buffers, cuBLAS workspaces). Seed 002 implies about 1.3 GiB (GLM-5.2, 8 captured
@@ -15,6 +18,7 @@ line is exact.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +29,8 @@ from sm120.plan.fit.dims import GIB, PlannerDims
 from sm120.plan.fit.dsv4_packed import deepseek_v4_packed
 from sm120.plan.fit.dsv41 import DEFAULT_SWA_BLOCK, deepseek_v41
 from sm120.plan.fit.hybrid import KERNEL_BLOCK, HybridShape, hybrid, mamba_mode, state_bytes
+from sm120.plan.fit.resident import SOURCE as ESTIMATE_SOURCE
+from sm120.plan.fit.resident import WeightEstimate, estimate_gap, estimate_weights
 from sm120.plan.resolve import LaunchPlan
 
 ACTIVATION_OVERHEAD_GIB = 1.5
@@ -71,6 +77,8 @@ class PlanSpec:
     mamba_ssm_cache_dtype: str | None = None
     swa_block_size: int = DEFAULT_SWA_BLOCK
     kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes: the engine's own pool
+    # resident weights counted from model.dims when no source states them (resident.py)
+    weights_estimate: WeightEstimate | None = None
 
     @property
     def model_limit(self) -> int:
@@ -160,13 +168,19 @@ def build_spec(
         raise PlanError(f"max-model-len must be at least 1, got {context}", "e.g. 131072")
     utilization = plan.arg("gpu-memory-utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
     attention = plan.model.attention
+    drafts = draft_layers(plan, dims)
+    estimate = None
+    if dims.weights_gib is None:
+        estimate = estimate_weights(dims, attention, plan.model.quantization, drafts)
+        if estimate is not None:
+            dims = dataclasses.replace(dims, weights_source=ESTIMATE_SOURCE)
     block = _int_arg(plan, "block-size", dims.dims.block_size or _DEFAULT_BLOCK.get(attention, 16))
     return PlanSpec(
         attention=attention,
         dims=dims,
         kv_dtype=kv.resolve_kv_dtype(plan.arg("kv-cache-dtype"), dims.dims),
         block_size=block,
-        draft_layers=draft_layers(plan, dims),
+        draft_layers=drafts,
         chunk_tokens=_int_arg(plan, "max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS),
         context=context,
         gpus=gpus,
@@ -180,6 +194,7 @@ def build_spec(
         mamba_ssm_cache_dtype=_str_arg(plan, "mamba-ssm-cache-dtype"),
         swa_block_size=_int_arg(plan, "swa-block-size", DEFAULT_SWA_BLOCK),
         kv_cache_memory_bytes=_int_arg(plan, "kv-cache-memory-bytes", 0) or None,
+        weights_estimate=estimate,
     )
 
 
@@ -295,8 +310,13 @@ def indexer_layers(spec: PlanSpec) -> int:
 
 
 def weights_per_gpu(spec: PlanSpec, tp: int) -> float | None:
+    """A stated size splits evenly (it is the engine's per-GPU figure times the TP it was
+    measured at); an estimate keeps its replicated parts whole on every rank."""
     total = spec.dims.weights_gib
-    return None if total is None else total / tp
+    if total is not None:
+        return total / tp
+    estimate = spec.weights_estimate
+    return None if estimate is None else estimate.per_gpu_gib(tp)
 
 
 def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
@@ -312,8 +332,9 @@ def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
         )
     weights = weights_per_gpu(spec, tp)
     if weights is None:
+        gap = estimate_gap(spec.dims, spec.quantization) or "no estimate"
         raise PlanError(
-            "the resident weight size is unknown: the recipe has no model.weights_gib",
+            f"the resident weight size is unknown: the recipe has no model.weights_gib and {gap}",
             "pass --model-dir with the weights, or --kv-memory-gib",
         )
     usable = spec.gpu_mem_gib * spec.utilization

@@ -35,7 +35,13 @@ from typing import Any
 
 from sm120.core.errors import PlanError
 from sm120.core.yaml_data import load_yaml
-from sm120.plan.fit.active_bytes import ACTIVATION_BYTES, ActiveBytes, active_weight_bytes
+from sm120.plan.fit.active_bytes import (
+    ACTIVATION_BYTES,
+    EXPERT_BYTES,
+    GATED_PROJECTIONS,
+    ActiveBytes,
+    active_weight_bytes,
+)
 from sm120.plan.fit.dims import GIB, PlannerDims, load_dims
 from sm120.plan.fit.memory import build_spec, layout_for, planned_layout
 from sm120.plan.resolve import LaunchPlan
@@ -44,19 +50,7 @@ from sm120.plan.resolve import LaunchPlan
 ROOFLINE_CONTEXT_TOKENS = 2048
 GB = 10**9  # bandwidth figures are decimal GB/s
 
-# Bytes per routed-expert parameter, block scales included: NVFP4 packs 4 bits with one FP8
-# scale per 16 values, MXFP4 one E8M0 scale per 32; FP8 block scales (1 per 128x128) are
-# under 0.03% and left out.
-EXPERT_BYTES = {
-    "nvfp4": 0.5 + 1 / 16,
-    "mxfp4": 0.5 + 1 / 32,
-    "fp8": 1.0,
-    "bf16": 2.0,
-    "bfloat16": 2.0,
-    "fp16": 2.0,
-}
 _ACTIVATION_BYTES = ACTIVATION_BYTES
-GATED_PROJECTIONS = 3  # gate, up and down
 # Drafters whose every step is one more pass of the target's MTP layer; prompt lookup costs
 # no weight reads; other drafters are separate checkpoints this roofline does not size.
 MTP_METHODS = ("mtp",)
