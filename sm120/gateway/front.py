@@ -29,6 +29,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from sm120.gateway import proxy
+from sm120.gateway.access_log import RequestRecord, address_text
 from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, error_bytes, route_miss_message
@@ -68,6 +69,8 @@ class Front:
         self.connections: set[FrontConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.counts = app[proxy.FAST_PATH]
+        self.access = app[proxy.ACCESS_LOG]  # None: no access log
+        self.handed = app[proxy.HANDED_OVER]
         self.port = 0  # where it listens, once it does
         self._key = api_key.encode()
 
@@ -131,6 +134,11 @@ class Front:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setblocking(False)
             try:
+                # Autobound to an abstract name of its own: the application's access log finds
+                # the client's address by it (access_log.HandedOver).
+                sock.bind("")
+                client.internal_name = sock.getsockname()
+                self.handed.add(client.internal_name, client.peer)
                 await loop.sock_connect(sock, self.internal)
             except OSError:
                 sock.close()
@@ -141,6 +149,8 @@ class Front:
         else:
             host, port = self.internal
             transport, _ = await loop.create_connection(lambda: InternalSide(client), host, port)
+            client.internal_name = transport.get_extra_info("sockname")
+            self.handed.add(client.internal_name, client.peer)
         return transport
 
     def close(self) -> None:
@@ -207,11 +217,15 @@ class FrontConnection(asyncio.Protocol):
         self._exchange: Exchange | None = None
         self._internal: asyncio.Transport | None = None
         self._engine_closes = False
+        self.peer = "-"
+        self.internal_name: object = None
+        self._record: RequestRecord | None = None  # the access log's line for this request
 
     # --- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio's: the protocol is what they share.
         self.transport = cast(asyncio.Transport, transport)
+        self.peer = address_text(transport.get_extra_info("peername"))
         self.front.connections.add(self)
         self._wait_for_head()
 
@@ -246,6 +260,8 @@ class FrontConnection(asyncio.Protocol):
             self._exchange.cut()
         if self._internal is not None:
             self._internal.close()
+        if self.internal_name is not None:
+            self.front.handed.discard(self.internal_name)
 
     def pause_writing(self) -> None:
         reader = self._reading_from()
@@ -266,6 +282,8 @@ class FrontConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            if self._record is not None:
+                self._record.sending(data)
 
     def close_after_writes(self) -> None:
         if self.transport is not None:
@@ -304,6 +322,8 @@ class FrontConnection(asyncio.Protocol):
             self._hand_over()
             return
         self._head, self._body_at = head, found + len(HEAD_END)
+        if self.front.access is not None:
+            self._record = RequestRecord(self.peer, head.method, head.path, "fast")
         self.state = "body"
         self._set_timer(BODY_READ_TIMEOUT_S, self._body_expired)
         self._body_arrived()
@@ -351,6 +371,8 @@ class FrontConnection(asyncio.Protocol):
         if not isinstance(model, str) or not model or not isinstance(parsed, dict):
             self._finish(HAND_OVER)
             return
+        if self._record is not None:
+            self._record.model = model
         front = self.front
         cached = front.routes.cached(model, front.aliases)
         if cached is None or cached[1].sleep_mode:
@@ -384,6 +406,8 @@ class FrontConnection(asyncio.Protocol):
         swapper.used(route.backend)
         swapper.in_flight[route.backend.deployment] += 1
         self._counted = route.backend
+        if self._record is not None:
+            self._record.deployment = route.backend.deployment
         upstream = self.front.pool.take_idle(route.address)
         if upstream is None:
             self.front.spawn(self._connect(route))
@@ -427,6 +451,7 @@ class FrontConnection(asyncio.Protocol):
             self.front.swapper.in_flight[self._counted.deployment] -= 1
             self._counted = None
             self.front.routes.renew_if_stale()
+        self._log(outcome)
         if self.state == "closed":
             return
         head = self._head
@@ -441,6 +466,16 @@ class FrontConnection(asyncio.Protocol):
             # Called from the engine socket's callback: the next pipelined request starts
             # on the next turn of the loop, not inside it.
             asyncio.get_running_loop().call_soon(self._wait_for_head)
+
+    def _log(self, outcome: str) -> None:
+        """The request's access-log line, unless the application answers (and logs) it."""
+        record, self._record = self._record, None
+        access = self.front.access
+        if record is None or access is None or outcome == HAND_OVER:
+            return
+        if outcome == CUT:
+            record.via = "fast,cut"
+        access.finish(record)
 
     # --- handing over -----------------------------------------------------------------------
     def _hand_over(self, request: bytes = b"") -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sm120.gateway.access_log import LOGGED
 from sm120.gateway.backends import Backend
 
 # A backend that is down refuses at once; one that is wedged must not hang the client.
@@ -123,6 +125,9 @@ async def relay(
             # The engine's own 400 (a prompt too long, a bad tool schema) is as final as ours.
             response.headers.update(no_retry_headers(upstream.status))
             await response.prepare(request)
+            logged = request.get(LOGGED)
+            if logged is not None and logged.first_byte is None:
+                logged.first_byte = time.monotonic()
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()

@@ -75,7 +75,11 @@ class Engine:
 
 @contextlib.asynccontextmanager
 async def gateway(
-    engine: Engine, url: str | None = None, rewrite: Any = None, **fields: Any
+    engine: Engine,
+    url: str | None = None,
+    rewrite: Any = None,
+    access: Any = None,
+    **fields: Any,
 ) -> AsyncIterator[Front]:
     server = await asyncio.start_server(engine.serve, "127.0.0.1", 0)
     engine.port = server.sockets[0].getsockname()[1]
@@ -87,7 +91,7 @@ async def gateway(
 
     session = aiohttp.ClientSession(auto_decompress=False)
     swapper = Swapper(SwapPolicy(), FakeActions(table), discover)
-    app = build_app(GATEWAY_KEY, swapper, session, rewrite=rewrite)
+    app = build_app(GATEWAY_KEY, swapper, session, rewrite=rewrite, access=access)
     internal = TestServer(app)
     await internal.start_server()
     assert internal.port is not None
