@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from sm120.gateway import access_log
 from sm120.gateway.access_log import AccessLog, RequestRecord
 from tests.gateway.test_gateway_front import CHAT, STREAM, Engine, gateway, read_answers, request
+from tests.helpers import invoke
 
 LINE = re.compile(
     r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (?P<client>\S+) (?P<method>\S+) (?P<path>\S+) "
@@ -87,3 +89,24 @@ def test_the_file_is_rotated_and_bounded(tmp_path: Path, monkeypatch: pytest.Mon
     assert names == ["access.log", "access.log.1", "access.log.2", "access.log.3"]
     assert all(path.stat().st_size <= 1000 for path in tmp_path.iterdir())
     assert (tmp_path / "access.log").read_text().splitlines()[-1].endswith("port=199")
+
+
+def test_logs_gateway_shows_the_last_lines_and_says_when_there_is_none(
+    cli: CliRunner, isolated_home: Path
+) -> None:
+    code, _, err = invoke(cli, "logs", "--gateway")
+    assert code == 2
+    assert err.strip() == (
+        f"Error: no gateway access log at {isolated_home / 'gateway' / 'access.log'} "
+        "(hint: the gateway writes it once it runs: sm120 gateway start)"
+    )
+    (isolated_home / "gateway").mkdir(parents=True)
+    log = AccessLog(isolated_home / "gateway" / "access.log")
+    for port in (1, 2, 3):
+        log.event("start", port=port)
+    log.flush()
+    code, out, _ = invoke(cli, "logs", "--gateway", "-n", "2")
+    assert code == 0
+    assert [line.split(" ", 1)[1] for line in out.splitlines()] == [
+        "event=start port=2", "event=start port=3"
+    ]  # fmt: skip
