@@ -67,13 +67,11 @@ class RequestRecord:
     sent: int = 0
     first_byte: float | None = None
 
-    def sending(self, data: bytes) -> None:
-        """Bytes on their way to the client; the first of them carry the status line."""
-        if self.first_byte is None:
-            self.first_byte = time.monotonic()
-            if data.startswith(b"HTTP/1.") and data[9:12].isdigit():
-                self.status = int(data[9:12])
-        self.sent += len(data)
+    def first_bytes(self, data: bytes) -> None:
+        """The answer's first bytes are on their way: its status line is among them."""
+        self.first_byte = time.monotonic()
+        if data.startswith(b"HTTP/1.") and data[9:12].isdigit():
+            self.status = int(data[9:12])
 
     def line(self, ended: float) -> str:
         ttfb = None if self.first_byte is None else self.first_byte - self.started

@@ -282,8 +282,11 @@ class FrontConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-            if self._record is not None:
-                self._record.sending(data)
+            record = self._record
+            if record is not None:  # inline: this runs once per chunk of every answer
+                if record.first_byte is None:
+                    record.first_bytes(data)
+                record.sent += len(data)
 
     def close_after_writes(self) -> None:
         if self.transport is not None:

@@ -129,7 +129,8 @@ async def _serve(
         actions = LoggedActions(EngineActions(session), access)
         swapper = Swapper(policy, actions, discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
-        app = build_app(api_key, swapper, session, config.aliases, rewrite, access)
+        logged = access if config.access_log else None
+        app = build_app(api_key, swapper, session, config.aliases, rewrite, logged)
         runner = app_runner(app)
         await runner.setup()
         try:

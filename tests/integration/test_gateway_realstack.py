@@ -325,8 +325,11 @@ def test_a_clients_tool_definitions_reach_the_engines_prompt(stack: dict[str, An
     assert with_tool.input_tokens > bare + 50
 
 
-def _counting_client(sent: list[str]) -> httpx.Client:
-    return httpx.Client(event_hooks={"request": [lambda request: sent.append(request.url.path)]})
+def _counting_client(sdk: Any, sent: list[str]) -> Any:
+    """The SDK's own HTTP client (its httpx fork), noting the path of every request it sends."""
+    return sdk.DefaultHttpxClient(
+        event_hooks={"request": [lambda request: sent.append(request.url.path)]}
+    )
 
 
 def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str, Any]) -> None:
@@ -339,7 +342,7 @@ def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str
     sent: list[str] = []
     wrong_key = anthropic.Anthropic(
         base_url=stack["gateway"], api_key="wrong", max_retries=2, timeout=60,
-        http_client=_counting_client(sent),
+        http_client=_counting_client(anthropic, sent),
     )  # fmt: skip
     started = time.monotonic()
     with pytest.raises(anthropic.AuthenticationError) as refused:
@@ -348,7 +351,7 @@ def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str
     assert sent == ["/v1/messages"]
     sdk = openai.OpenAI(
         base_url=f"{stack['gateway']}/v1", api_key=stack["key"], max_retries=2, timeout=60,
-        http_client=_counting_client(sent),
+        http_client=_counting_client(openai, sent),
     )  # fmt: skip
     with pytest.raises(openai.APIStatusError) as lacking:
         sdk.embeddings.create(model="tiny-a", input="hello")
