@@ -34,12 +34,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     home = tmp_path_factory.mktemp("home")
     ports = {name: free_port() for name in MODELS}
     for name in MODELS:
+        # tiny-a is the agent quickstart's deployment (tiny -V agent: 64k context, positions
+        # stretched, the hermes parser); tiny-b the default tiny with the same parser, since
+        # vLLM 0.32 refuses a named tool_choice without one.
+        serves = (
+            ("-V", "agent")
+            if name == "tiny-a"
+            else ("--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes")
+        )
         launched = sm120(
             home, "launch", "tiny", "--name", name, "--set", f"model.served_name={name}",
-            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor",
-            # What a coding agent's deployment runs with: vLLM 0.32 refuses a named
-            # tool_choice without a tool parser.
-            "--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes",
+            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor", *serves,
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
@@ -360,6 +365,24 @@ def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str
     assert "does not serve /v1/embeddings" in lacking.value.message
     assert sent == ["/v1/messages", "/v1/embeddings"]
     assert took < 5  # two answers, no backoff (the SDKs wait 0.5-8 s between tries)
+    # Both are in the gateway's access log (the engine never saw the 401), and no key is.
+    time.sleep(1.0)  # the log is written from memory twice a second
+    shown = sm120(Path(stack["home"]), "logs", "--gateway", "-n", "200")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(
+        " POST /v1/messages model=claude-sonnet-4-5 deployment=- status=401 " in line
+        and line.endswith(" via=app")
+        for line in lines
+    ), lines[-5:]
+    assert any(
+        " POST /v1/embeddings model=tiny-a deployment=tiny-a status=501 " in line
+        and line.endswith(" via=fast")
+        for line in lines
+    ), lines[-5:]
+    assert any(" event=start " in line for line in lines)
+    text = (Path(stack["home"]) / "gateway" / "access.log").read_text()
+    assert stack["key"] not in text and _backend_key(stack, "tiny-a") not in text
 
 
 def test_tokenize_is_routed_by_model_and_needs_the_key(stack: dict[str, Any]) -> None:
@@ -415,3 +438,14 @@ def test_the_gateway_swaps_by_stop_and_start(stack: dict[str, Any]) -> None:
     assert port_is_free(stack["ports"]["tiny-a"])
     assert engine_processes(stack["ports"]["tiny-a"]) == []
     assert swap_s < 300
+    # The access log tells the gateway's life: the restart and the swap, in order.
+    events = [
+        line.split(" ", 1)[1]
+        for line in (home / "gateway" / "access.log").read_text().splitlines()
+        if " event=" in line
+    ]
+    assert [e.split()[0] for e in events][-4:] == [
+        "event=stop", "event=start", "event=swap", "event=swap"
+    ]  # fmt: skip
+    assert events[-2:] == ["event=swap action=stop deployment=tiny-a",
+                           "event=swap action=start deployment=tiny-b"]  # fmt: skip
