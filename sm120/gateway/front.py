@@ -133,12 +133,13 @@ class Front:
             # Connected by hand: uvloop's create_unix_connection refuses abstract names.
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setblocking(False)
-            try:
-                # Autobound to an abstract name of its own: the application's access log finds
-                # the client's address by it (access_log.HandedOver).
+            # Autobound to an abstract name of its own (Linux): the application's access log
+            # finds the client's address by it (access_log.HandedOver); elsewhere it says '-'.
+            with contextlib.suppress(OSError):
                 sock.bind("")
                 client.internal_name = sock.getsockname()
                 self.handed.add(client.internal_name, client.peer)
+            try:
                 await loop.sock_connect(sock, self.internal)
             except OSError:
                 sock.close()
@@ -351,6 +352,7 @@ class FrontConnection(asyncio.Protocol):
         if self.state == "body":
             message = f"request body not received within {BODY_READ_TIMEOUT_S:.0f} s"
             self.send(error_bytes(408, message, "timeout"))
+            self._log(ANSWERED)
             self.close_after_writes()
 
     def _set_timer(self, seconds: float, then: Callable[[], None]) -> None:
