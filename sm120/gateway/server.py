@@ -34,7 +34,7 @@ from sm120.gateway.front import serving_front
 from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.static import load_static_backends, static_discover
-from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.gateway.swap import SwapActions, Swapper, SwapPolicy
 
 
 class GatewayRunning(SM120Error):
@@ -158,7 +158,7 @@ async def _serve(
 class LoggedActions:
     """The swapper's actions, each one a line in the access log (what a swap did, and when)."""
 
-    def __init__(self, actions: EngineActions, access: AccessLog) -> None:
+    def __init__(self, actions: SwapActions, access: AccessLog) -> None:
         self._actions = actions
         self._access = access
 

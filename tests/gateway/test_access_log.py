@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from sm120.gateway import access_log
 from sm120.gateway.access_log import AccessLog, RequestRecord
+from sm120.gateway.server import LoggedActions
+from tests.fakes.gateway import FakeActions, backend
 from tests.gateway.test_gateway_front import CHAT, STREAM, Engine, gateway, read_answers, request
 from tests.helpers import invoke
 
@@ -110,3 +112,24 @@ def test_logs_gateway_shows_the_last_lines_and_says_when_there_is_none(
     assert [line.split(" ", 1)[1] for line in out.splitlines()] == [
         "event=start port=2", "event=start port=3"
     ]  # fmt: skip
+
+
+def test_a_swap_is_logged_as_it_happens(tmp_path: Path) -> None:
+    table = {
+        "a": backend("a", "http://127.0.0.1:1"),
+        "b": backend("b", "http://127.0.0.1:2", running=False),
+    }
+    log = AccessLog(tmp_path / "access.log")
+    actions = LoggedActions(FakeActions(table), log)
+
+    async def swap() -> None:
+        await actions.stop(table["a"])
+        await actions.start(table["b"], 1.0)
+
+    asyncio.run(swap())
+    log.flush()
+    events = [line.split(" ", 1)[1] for line in (tmp_path / "access.log").read_text().splitlines()]
+    assert events == [
+        "event=swap action=stop deployment=dep-a",
+        "event=swap action=start deployment=dep-b",
+    ]
