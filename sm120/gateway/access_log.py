@@ -3,7 +3,9 @@ file under the gateway's folder (`sm120 logs --gateway` shows it).
 
 What a line holds: when, the client's address, method, path (never its query), the model
 asked for, the deployment that answered, status, bytes sent, time to the first byte and in
-all, and whether the fast path answered or the application. Never a body or a header: no
+all, and whether the fast path answered or the application. `bytes` is the answer's bytes
+as sent: the fast path, which copies the engine's answer whole, counts its head too; the
+application counts the body. Never a body or a header: no
 key reaches this file, not even a prefix. Lines are kept in memory and written by a timer
 (or once the buffer is big), so a request's answer never waits on the disk; the file is
 rotated at ROTATE_BYTES, keeping KEPT_FILES older ones, so it cannot fill the disk.

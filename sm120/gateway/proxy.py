@@ -225,7 +225,10 @@ async def _access_logged(request: web.Request, handler: Handler) -> web.StreamRe
         raise
     else:
         record.status = response.status
-        record.sent = response.body_length
+        # A streamed answer is out by now; a whole one is written after this returns.
+        body = getattr(response, "body", None)
+        whole = len(body) if isinstance(body, (bytes, bytearray)) else 0
+        record.sent = response.body_length if response.prepared else whole
         return response
     finally:
         access.finish(record)

@@ -57,6 +57,7 @@ def test_each_request_is_one_line_on_either_path_and_no_key_is_written(tmp_path:
     # The handed-over request names the real client, not the internal socket.
     assert refused["client"].startswith("127.0.0.1:") and refused["via"] == "app"
     assert (refused["status"], refused["model"]) == ("401", "-")
+    assert int(refused["bytes"]) > 50  # the error body, written after the line's middleware
     assert "sk-wrong" not in text and "engine-key" not in text and "forged line" not in text
 
 
