@@ -371,8 +371,7 @@ def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert any(
-        " POST /v1/messages model=- deployment=- status=401 " in line
-        and line.endswith(" via=app")
+        " POST /v1/messages model=- deployment=- status=401 " in line and line.endswith(" via=app")
         for line in lines
     ), lines[-5:]
     assert any(
