@@ -141,10 +141,10 @@ run_event_loop(main())
 """
 
 
-def gateway_argv(work: Path, port: int) -> list[str]:
+def gateway_argv(work: Path, port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sm120.gateway", "--port", str(port),
             "--backends", str(work / "backends.json"),
-            "--key-file", str(work / "gateway_key")]  # fmt: skip
+            "--key-file", str(work / "gateway_key"), *extra]  # fmt: skip
 
 
 def main() -> None:
@@ -159,6 +159,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sm120-proxy-hop-"))
     engine_port, gateway_port, alone_port = free_port(), free_port(), free_port()
     baseline_port = free_port()
+    unlogged_port = free_port()
     (work / "engine_key").write_text("engine-key\n")
     (work / "gateway_key").write_text(KEY + "\n")
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
@@ -170,6 +171,8 @@ def main() -> None:
               str(args.chunks)]  # fmt: skip
     alone = [sys.executable, "-c", APPLICATION_ALONE, str(work / "backends.json"),
              str(work / "gateway_key"), str(alone_port)]  # fmt: skip
+    # Two gateways: the second writes no access log, so the log's cost is their difference.
+    unlogged_env = {**env, "SM120_HOME": str(work / "home-unlogged")}
     argvs = (engine, gateway_argv(work, gateway_port), alone)
     processes = [subprocess.Popen(argv, env=env) for argv in argvs]
     if args.baseline is not None:
@@ -177,10 +180,14 @@ def main() -> None:
                         "SM120_HOME": str(work / "baseline-home")}  # fmt: skip
         baseline_argv = gateway_argv(work, baseline_port)
         processes.append(subprocess.Popen(baseline_argv, env=baseline_env, cwd=args.baseline))
+    processes.append(
+        subprocess.Popen(gateway_argv(work, unlogged_port, "--no-access-log"), env=unlogged_env)
+    )
     try:
         sides = {
             "direct": (connect(engine_port), request_bytes("engine-key")),
             "gateway": (connect(gateway_port), request_bytes(KEY)),
+            "gateway without access log": (connect(unlogged_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
         }
         if args.baseline is not None:
@@ -191,9 +198,9 @@ def main() -> None:
         samples: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         names = list(sides)
         for index in range(args.pairs):
-            # Each side goes first, second and last equally often.
-            turn = index % len(names)
-            for side in names[turn:] + names[:turn]:
+            # Each side goes first, second, ... and last equally often.
+            shift = index % len(names)
+            for side in names[shift:] + names[:shift]:
                 samples[side].append(one(*sides[side]))
     finally:
         for process in processes:
@@ -210,6 +217,14 @@ def main() -> None:
         report[f"{side} adds to the first event, ms"] = round(
             (first[side] - first["direct"]) * 1000, 3
         )
+    report["access log costs the first event, ms"] = round(
+        (first["gateway"] - first["gateway without access log"]) * 1000, 3
+    )
+    report["access log: whole stream ratio (logged / unlogged)"] = round(
+        whole["gateway"] / whole["gateway without access log"], 4
+    )
+    lines = (work / "home" / "gateway" / "access.log").read_text().count("\n")
+    report["access log lines written"] = lines
     print(json.dumps(report, indent=2))
 
 

@@ -118,9 +118,18 @@ def logs(
     polls: bool = typer.Option(
         False, "--polls", help="Also show the monitor's own GET /health and /metrics lines."
     ),
+    gateway: bool = typer.Option(
+        False,
+        "--gateway",
+        help="The gateway's access log instead: a line per request (its own 401s and 404s "
+        "included) and its starts, stops, swaps and refusals.",
+    ),
 ) -> None:
     """The engine's log (the file in the deployment's state dir)."""
     if ctx.invoked_subcommand is not None:
+        return
+    if gateway:
+        _gateway_log(lines, follow)
         return
     from sm120.deploy.status import tail_lines
     from sm120.engine.find import find_deployment, runtime_for
@@ -146,6 +155,31 @@ def logs(
         for line in runtime.follow(state, from_line=count):
             if not polls and is_poll_line(line):
                 continue
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+
+
+def _gateway_log(lines: int, follow: bool) -> None:
+    from sm120.core.errors import SM120Error
+    from sm120.deploy.status import tail_lines
+    from sm120.engine.runtime.native import follow_log
+    from sm120.gateway.files import gateway_files
+
+    path = gateway_files(create=False).access_log
+    if not path.is_file():
+        raise SM120Error(
+            f"no gateway access log at {path}",
+            "the gateway writes it once it runs: sm120 gateway start",
+        )
+    tail, count = tail_lines(str(path), lines)
+    for line in tail[-lines:] if lines else []:
+        sys.stdout.write(line + "\n")
+    if not follow:
+        return
+    try:
+        for line in follow_log(path, from_line=count, stop=lambda: False, running=lambda: True):
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
     except KeyboardInterrupt:

@@ -28,11 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-file", type=Path, default=GatewayConfig.key_file)
     parser.add_argument("--alias", action="append", default=[])
     parser.add_argument("--normalize-prompts", action="store_true")
+    # benchmarks/proxy_hop.py's "without the log" side; sm120 gateway start always logs.
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false")
     args = parser.parse_args(argv)
     try:
         config = GatewayConfig(
             args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file,
             tuple(parse_alias(text) for text in args.alias), args.normalize_prompts,
+            args.access_log,
         )  # fmt: skip
         serve(config, gateway_files())
     except SM120Error as exc:

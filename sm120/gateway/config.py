@@ -35,3 +35,5 @@ class GatewayConfig:
     aliases: tuple[Alias, ...] = ()
     # Opt-in: make prompts cache-friendly before they reach the engine (docs/gateway.md).
     normalize_prompts: bool = False
+    # The access log (access.log in the gateway's folder); off only to measure what it costs.
+    access_log: bool = True

@@ -36,6 +36,11 @@ class GatewayFiles:
         return self.root / "gateway.log"
 
     @property
+    def access_log(self) -> Path:
+        """One line per request and per start, stop, swap or refusal (access_log.py)."""
+        return self.root / "access.log"
+
+    @property
     def aliases(self) -> Path:
         """Aliases read at every start when no --aliases names another file."""
         return self.root / "aliases.yaml"

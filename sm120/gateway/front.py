@@ -31,6 +31,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from sm120.gateway import proxy
+from sm120.gateway.access_log import HandedOver, RequestRecord, address_text
 from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
 from sm120.gateway.reader import Refusal, Request, RequestReader
@@ -91,6 +92,8 @@ class Front:
         self._peak = 0  # the most connections open at once since memory was last released
         self.tasks: set[asyncio.Task[None]] = set()
         self.counts = app[proxy.FAST_PATH]
+        self.access = app[proxy.ACCESS_LOG]  # None: no access log
+        self.handed = app[proxy.HANDED_OVER]
         self.port = 0  # where it listens, once it does
         self._key = api_key.encode()
 
@@ -158,26 +161,34 @@ class Front:
     def connection(self) -> FrontConnection:
         return FrontConnection(self)
 
-    async def open_internal(self) -> UpstreamConnection:
+    async def open_internal(self) -> InternalConnection:
         """A new socket to the application."""
         loop = asyncio.get_running_loop()
+        handed = self.handed
         if isinstance(self.internal, str):
             # Connected by hand: uvloop's create_unix_connection refuses abstract names.
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setblocking(False)
+            # Autobound to an abstract name of its own (Linux): the application's access log
+            # finds each request's client by it (access_log.HandedOver); elsewhere it says '-'.
+            name: object = None
+            with contextlib.suppress(OSError):
+                sock.bind("")
+                name = sock.getsockname()
             try:
                 await loop.sock_connect(sock, self.internal)
                 _, connection = await loop.create_unix_connection(
-                    lambda: UpstreamConnection(INTERNAL_ADDRESS), sock=sock
+                    lambda: InternalConnection(handed, name), sock=sock
                 )
             except OSError:
                 sock.close()
                 raise
             return connection
         host, port = self.internal
-        _, connection = await loop.create_connection(
-            lambda: UpstreamConnection(INTERNAL_ADDRESS), host, port
+        transport, connection = await loop.create_connection(
+            lambda: InternalConnection(handed, None), host, port
         )
+        connection.name = transport.get_extra_info("sockname")
         return connection
 
     def close(self) -> None:
@@ -205,6 +216,25 @@ async def serving_front(
         await server.wait_closed()
 
 
+class InternalConnection(UpstreamConnection):
+    """A socket to the application. It carries one client's request at a time: while it
+    does, the application's access log reads that client's address by this socket's name."""
+
+    def __init__(self, handed: HandedOver, name: object) -> None:
+        super().__init__(INTERNAL_ADDRESS)
+        self.handed = handed
+        self.name = name
+
+    def serving(self, client: str) -> None:
+        if self.name is not None:
+            self.handed.add(self.name, client)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.name is not None:
+            self.handed.discard(self.name)
+        super().connection_lost(exc)
+
+
 class FrontConnection(asyncio.Protocol):
     """One client connection. Every byte the client sends goes through one strict parser
     (sm120.gateway.reader); its requests are served one at a time in the order sent, each on
@@ -225,15 +255,19 @@ class FrontConnection(asyncio.Protocol):
         self._continued = False  # 100 Continue sent for the request being read
         self._engine_closes = False
         self._refused = False
+        self.peer = "-"
+        self._record: RequestRecord | None = None  # the access log's line for this request
 
     # --- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio's: the protocol is what they share.
         self.transport = cast(asyncio.Transport, transport)
+        self.peer = address_text(transport.get_extra_info("peername"))
         if len(self.front.connections) >= MAX_CONNECTIONS:
             # Each open connection holds a parser and up to a head's bytes: past the bound a
             # flood of idle connections is refused rather than held.
-            self.send(error_bytes(503, "the gateway has too many open connections", "overloaded"))
+            self._own_answer(error_bytes(503, "the gateway has too many open connections",
+                                         "overloaded", close=True))  # fmt: skip
             self.close_after_writes()
             self.state = "closed"
             return
@@ -291,6 +325,18 @@ class FrontConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            record = self._record
+            if record is not None:  # inline: this runs once per chunk of every answer
+                if record.first_byte is None:
+                    record.first_bytes(data)
+                record.sent += len(data)
+
+    def _own_answer(self, answer: bytes, method: str = "-", path: str = "-") -> None:
+        """An answer of the front's own (a refusal, a bound): sent, and logged as such."""
+        if self.front.access is not None:
+            self._record = RequestRecord(self.peer, method, path, "front")
+        self.send(answer)
+        self._log(ANSWERED)
 
     def close_after_writes(self) -> None:
         if self.transport is not None:
@@ -332,12 +378,14 @@ class FrontConnection(asyncio.Protocol):
         self.state = "busy"
         if isinstance(item, Refusal):
             self._refused = True
-            self.send(error_bytes(item.status, item.message, "invalid_request_error",
-                                  close=True))  # fmt: skip
+            answer = error_bytes(item.status, item.message, "invalid_request_error", close=True)
+            self._own_answer(answer)
             self.close_after_writes()
             return
         self._request = item
         if item.version == "1.1" and self.front.takes(item.head):
+            if self.front.access is not None:
+                self._record = RequestRecord(self.peer, item.head.method, item.head.path, "fast")
             self._route(item.head, item.body)
         else:
             self._to_application(item)
@@ -349,7 +397,7 @@ class FrontConnection(asyncio.Protocol):
     def _body_expired(self) -> None:
         if self.state == "idle" and self.reader.in_body:
             message = f"request body not received within {BODY_READ_TIMEOUT_S:.0f} s"
-            self.send(error_bytes(408, message, "timeout", close=True))
+            self._own_answer(error_bytes(408, message, "timeout", close=True))
             self.close_after_writes()
             self.state = "closed"
 
@@ -374,6 +422,8 @@ class FrontConnection(asyncio.Protocol):
         if not isinstance(model, str) or not model or not isinstance(parsed, dict):
             self._finish(HAND_OVER)
             return
+        if self._record is not None:
+            self._record.model = model
         front = self.front
         cached = front.routes.cached(model, front.aliases)
         if cached is None or cached[1].sleep_mode:
@@ -407,6 +457,8 @@ class FrontConnection(asyncio.Protocol):
         swapper.used(route.backend)
         swapper.in_flight[route.backend.deployment] += 1
         self._counted = route.backend
+        if self._record is not None:
+            self._record.deployment = route.backend.deployment
         upstream = self.front.pool.take_idle(route.address)
         if upstream is None:
             self.front.spawn(self._connect(route))
@@ -453,6 +505,7 @@ class FrontConnection(asyncio.Protocol):
 
     def _finish(self, outcome: str) -> None:
         self._uncount()
+        self._log(outcome)
         if self.state == "closed":
             return
         request = self._request
@@ -474,6 +527,16 @@ class FrontConnection(asyncio.Protocol):
             # the next turn of the loop, not inside it.
             asyncio.get_running_loop().call_soon(self._idle)
 
+    def _log(self, outcome: str) -> None:
+        """The request's access-log line, unless the application answers (and logs) it."""
+        record, self._record = self._record, None
+        access = self.front.access
+        if record is None or access is None or outcome == HAND_OVER:
+            return
+        if outcome == CUT:
+            record.via += ",cut"
+        access.finish(record)
+
     # --- the application --------------------------------------------------------------------
     def _to_application(self, request: Request) -> None:
         """`request`, parsed whole, to the application on an internal socket; its answer is
@@ -481,6 +544,7 @@ class FrontConnection(asyncio.Protocol):
         self.front.counts.handed_over += 1
         upstream = self.front.internal_pool.take_idle(INTERNAL_ADDRESS)
         sent = application_request(request)
+        assert upstream is None or isinstance(upstream, InternalConnection)
         if upstream is None:
             self.front.spawn(self._to_application_connected(request, sent))
         else:
@@ -490,8 +554,9 @@ class FrontConnection(asyncio.Protocol):
         try:
             upstream = await self.front.open_internal()
         except OSError:
-            self.send(error_bytes(503, "the gateway is shutting down", "service_unavailable",
-                                  close=True))  # fmt: skip
+            answer = error_bytes(503, "the gateway is shutting down", "service_unavailable",
+                                 close=True)  # fmt: skip
+            self._own_answer(answer, request.head.method, request.head.path)
             self.close_after_writes()
             return
         if self.state == "closed":
@@ -500,8 +565,10 @@ class FrontConnection(asyncio.Protocol):
         self._application_exchange(upstream, request, sent)
 
     def _application_exchange(
-        self, upstream: UpstreamConnection, request: Request, sent: bytes
+        self, upstream: InternalConnection, request: Request, sent: bytes
     ) -> None:
+        upstream.serving(self.peer)
+
         def finished(exchange: Exchange, outcome: str) -> None:
             self._exchange = None
             if exchange.reusable:
@@ -512,8 +579,9 @@ class FrontConnection(asyncio.Protocol):
                 self.front.spawn(self._to_application_connected(request, sent))
                 return
             if outcome in (HAND_OVER, RETRY):  # the application's answer could not be read
-                self.send(error_bytes(502, "the gateway failed to answer", "bad_gateway",
-                                      close=True))  # fmt: skip
+                answer = error_bytes(502, "the gateway failed to answer", "bad_gateway",
+                                     close=True)  # fmt: skip
+                self._own_answer(answer, request.head.method, request.head.path)
                 outcome = CUT
             self._engine_closes = not exchange.framing.keep_alive
             self._answered(outcome)

@@ -21,12 +21,14 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sm120.gateway.access_log import LOGGED, AccessLog, HandedOver, RequestRecord
 from sm120.gateway.aliases import Alias, as_table, resolve
 from sm120.gateway.backends import Backend
 from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
     BODY_READ_TIMEOUT_S,
     RESPONSE_ID_PATHS,
+    no_retry_headers,
     openai_error,
     relay,
     relay_by_id,
@@ -155,6 +157,8 @@ class FastPathCounts:
 
 
 FAST_PATH: web.AppKey[FastPathCounts] = web.AppKey("fast_path", FastPathCounts)
+ACCESS_LOG: web.AppKey[AccessLog | None] = web.AppKey("access_log")
+HANDED_OVER: web.AppKey[HandedOver] = web.AppKey("handed_over", HandedOver)
 
 
 def build_app(
@@ -163,10 +167,16 @@ def build_app(
     session: aiohttp.ClientSession,
     aliases: tuple[Alias, ...] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    access: AccessLog | None = None,
 ) -> web.Application:
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
-    prompt normaliser); None sends bodies as they came."""
-    app = web.Application(middlewares=[_key_guard(api_key)], client_max_size=MAX_BODY_BYTES)
+    prompt normaliser); None sends bodies as they came. `access`: the access log, if any."""
+    middlewares = [_no_retry_marker, _key_guard(api_key)]
+    if access is not None:
+        middlewares.insert(0, _access_logged)
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app[ACCESS_LOG] = access
+    app[HANDED_OVER] = HandedOver()
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
@@ -194,6 +204,48 @@ def presented_key(headers: Mapping[str, str]) -> bytes:
     if authorization[:7].lower() == "bearer ":
         return authorization[7:].strip().encode()
     return headers.get("x-api-key", "").strip().encode()
+
+
+@web.middleware
+async def _access_logged(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The access-log line of a request the application answers (the front logs its own)."""
+    access = request.app[ACCESS_LOG]
+    assert access is not None  # only installed with a log
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    client = request.app[HANDED_OVER].client(peer)
+    record = RequestRecord(client, request.method, request.path, "app")
+    request[LOGGED] = record
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        record.status = exc.status
+        raise
+    except BaseException:
+        record.status = record.status or 500
+        raise
+    else:
+        record.status = response.status
+        # A streamed answer is out by now; a whole one is written after this returns.
+        body = getattr(response, "body", None)
+        whole = len(body) if isinstance(body, (bytes, bytearray)) else 0
+        record.sent = response.body_length if response.prepared else whole
+        return response
+    finally:
+        access.finish(record)
+
+
+@web.middleware
+async def _no_retry_marker(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own answers (a path with no route, a method it does not take, a body over
+    the limit) say `x-should-retry: false` as the gateway's do (relay.NO_RETRY_STATUSES)."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.update(no_retry_headers(exc.status))
+        raise
+    if not response.prepared:
+        response.headers.update(no_retry_headers(response.status))
+    return response
 
 
 def _key_guard(api_key: str) -> Middleware:
@@ -259,6 +311,9 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     if model is not None and not isinstance(model, str):
         return openai_error(400, "'model' must be a string", "invalid_request_error")
     routes = request.app[ROUTES]
+    logged = request.get(LOGGED)
+    if logged is not None:
+        logged.model = model
     if not model:
         # Engines take a request without a model as one for the model they serve: so does
         # the gateway when it has exactly one; with several, it cannot guess.
@@ -269,6 +324,8 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     served, backend, backends = await routes.route(model, request.app[ALIASES])
     if backend is None:
         return _unknown_model(model, sorted(backends), request.app[ALIASES])
+    if logged is not None:
+        logged.deployment = backend.deployment
     refusal = _unserved(protocol, request.path, backend)
     if refusal is not None:
         return refusal
@@ -282,6 +339,10 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     try:
         await swapper.ensure_awake(backend)
     except SwapFailed as exc:
+        access = request.app[ACCESS_LOG]
+        if access is not None:
+            access.event("refusal", reason=exc.one_line(), model=model,
+                         deployment=backend.deployment)  # fmt: skip
         response = openai_error(503, exc.one_line(), "service_unavailable")
         if exc.retry_after is not None:
             response.headers["Retry-After"] = str(exc.retry_after)

@@ -108,6 +108,11 @@ class WedgeDetector:
         elif self._compiling_since is None and WARMUP_SIGNALS.search(text):
             self._compiling_since = now
 
+    def compiling(self, now: float) -> bool:
+        """Whether a compile or warm-up line opened a window that is still open."""
+        since = self._compiling_since
+        return since is not None and now - since < self.max_compile_s
+
     def reset(self, now: float) -> None:
         """A new server run (after a restart): nothing it did is frozen yet."""
         self._counters = None
@@ -158,10 +163,7 @@ class WedgeDetector:
             # Work first seen now: the request may have arrived just before this look.
             self._was_idle = False
             self._last_progress = now
-        compiling = self._compiling_since is not None and (
-            now - self._compiling_since < self.max_compile_s
-        )
-        if compiling:
+        if self.compiling(now):
             self._last_progress = now
             return Activity.compiling
         if gpus is GpuState.busy:

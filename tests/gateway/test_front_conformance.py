@@ -214,6 +214,7 @@ def test_connections_past_the_bound_are_refused_with_503(monkeypatch: pytest.Mon
 def test_a_closed_connections_parser_is_freed_at_once_not_at_the_next_gc() -> None:
     """The parser holds its reader's callbacks: unless the close breaks that cycle, a flood's
     heads stay in memory until a full garbage collection (61 -> 552 MB in the sweep)."""
+
     async def scenario() -> bool:
         async with gateway(Engine()) as the_front:
             _, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
