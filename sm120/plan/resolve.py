@@ -96,14 +96,16 @@ class LaunchPlan:
     plan_hash: str
     multinode: MultiNode | None = None
     published: Published | None = None  # sourced figures, shown beside the roofline
-    # The chosen variant that restores the recipe's seed default (Variant.seed), if any.
+    # The chosen variant that restores a former default of the recipe (Variant.seed, else
+    # Variant.former_default), if any: left out of the plan's identity.
     seed_variant: str | None = None
     kv_tier: KvTier | None = None  # rendered by render/kv_tier.py, sized by plan/fit/tier.py
 
     @property
     def identity_variants(self) -> tuple[str, ...]:
         """The variants that name this plan in its hash and container labels: all but the seed
-        variant, which stands for the default as it was before a faster stack replaced it."""
+        (or former-default) variant, which stands for the default as it was before a faster
+        stack replaced it."""
         return tuple(name for name in self.variants if name != self.seed_variant)
 
     @property
@@ -516,7 +518,11 @@ def _freeze(
     monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
-    seed_variant = next((name for name in variants if recipe.variants[name].seed), None)
+    # A variant that restores a former default (the seed, or a later one) keeps that
+    # default's identity: its name is not part of the hash or the labels.
+    seed_variant = next(
+        (name for name in variants if recipe.variants[name].seed), None
+    ) or next((name for name in variants if recipe.variants[name].former_default), None)
     identity = {
         "recipe": recipe.name,
         "variants": [name for name in variants if name != seed_variant],

@@ -641,6 +641,12 @@ class Variant(Strict):
         "faster stack replaced it: its plan hash and container labels are those the default "
         "had, so goldens, compose files and servers made before the default moved still match.",
     )
+    former_default: bool = Field(
+        False,
+        description="This variant is a default the recipe had before a faster stack replaced "
+        "it (other than the seed configuration): like `seed`, its name is left out of the plan "
+        "hash and container labels, so what was made from that default still matches.",
+    )
 
 
 class Recipe(Strict):

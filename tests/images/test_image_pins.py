@@ -154,13 +154,13 @@ def test_refresh_writes_the_digest_into_recipe_and_dockerfile(
 
 def test_a_pinned_recipe_builds_from_the_digest(tmp_path: Path) -> None:
     text = pin_recipe_text(
-        (REPO / "recipes/glm47.yaml").read_text(), "vllm/vllm-openai", "v0.15.1", DIGEST
+        (REPO / "recipes/glm47.yaml").read_text(), "vllm/vllm-openai", "v0.16.0", DIGEST
     )
     path = tmp_path / "glm47.yaml"
     path.write_text(text)
     recipe = load_recipe_file(path)
     plan = resolve(PlanRequest(recipe="glm47"), recipe)
-    assert plan.base_image_ref == f"vllm/vllm-openai:v0.15.1@{DIGEST}"
+    assert plan.base_image_ref == f"vllm/vllm-openai:v0.16.0@{DIGEST}"
     new_digest = "sha256:" + "77" * 32
     again = pin_dockerfile_text(
         f"ARG BASE_IMAGE=vllm/vllm-openai:v0.15.1@{DIGEST}\n",

@@ -57,7 +57,7 @@ PYPI: dict[str, dict[str, Any]] = {
 
 
 # repository:tag -> the digest the stand-in's manifest answers with
-DIGESTS = {"vllm/vllm-openai:v0.15.1": "sha256:" + "b" * 64}
+DIGESTS = {"vllm/vllm-openai:v0.16.0": "sha256:" + "b" * 64}
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -143,7 +143,8 @@ EXPECTED = [
     "the pinned tag is not a version or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
-    "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
+    "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
+    "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
@@ -169,12 +170,24 @@ def test_updates_json_for_one_recipe(stand_in: LoopbackServer, cli: CliRunner) -
             "variants": [],
             "source": "image",
             "name": "vllm/vllm-openai",
+            "pinned": "v0.16.0",
+            "pin": None,
+            "status": "newer",
+            "newer": ["v0.32.0", "v0.26.0"],
+            "detail": "",
+        },
+        {
+            # the 0.15.1 image of vllm-0.15.1, seed-pinned and seed, once
+            "recipe": "glm47",
+            "variants": ["vllm-0.15.1"],
+            "source": "image",
+            "name": "vllm/vllm-openai",
             "pinned": "v0.15.1",
             "pin": None,
             "status": "newer",
             "newer": ["v0.32.0", "v0.26.0", "v0.16.0"],
             "detail": "",
-        }
+        },
     ]
 
 
@@ -210,7 +223,9 @@ def test_a_tag_list_cut_short_says_so(
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "glm52")
     assert code == 0
     assert _image_lines(out) == [
-        "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
+        "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.26.0; read the "
+        "first 5 tags only",
+        "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
         "first 5 tags only",
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
         "read the first 3 tags only",
@@ -253,7 +268,8 @@ def test_newer_tags_orders_only_what_has_an_order(
 
 def _glm47_pinned_to(digest: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = (REPO / "recipes" / "glm47.yaml").read_text()
-    pinned = text.replace("  tag: v0.15.1\n", f'  tag: v0.15.1\n  digest: "{digest}"\n', 1)
+    # the default's image (the 0.15.1 ones are variants'): the only unindented tag line
+    pinned = text.replace("\n  tag: v0.16.0\n", f'\n  tag: v0.16.0\n  digest: "{digest}"\n', 1)
     (tmp_path / "glm47.yaml").write_text(pinned)
     monkeypatch.setenv("SM120_RECIPES_DIR", str(tmp_path))
 
@@ -265,24 +281,24 @@ def test_a_tag_rebuilt_off_its_digest_pin_says_so(
     _glm47_pinned_to(pinned, tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
     assert code == 0
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (found["status"], found["pin"]) == ("moved", pinned)
-    assert found["detail"] == f"v0.15.1 now names {DIGESTS['vllm/vllm-openai:v0.15.1']}, " + (
+    assert found["detail"] == f"v0.16.0 now names {DIGESTS['vllm/vllm-openai:v0.16.0']}, " + (
         f"not the pinned {pinned}"
     )
-    assert found["newer"] == ["v0.32.0", "v0.26.0", "v0.16.0"]
+    assert found["newer"] == ["v0.32.0", "v0.26.0"]
     code, out, _ = invoke(cli, "recipes", "updates", "glm47")
-    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.15.1  rebuilt under ")
+    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.16.0  rebuilt under ")
 
 
 def test_a_digest_pin_the_tag_still_names_compares_as_usual(
     stand_in: LoopbackServer, cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.15.1"], tmp_path, monkeypatch)
+    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.16.0"], tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (code, found["status"], found["newer"]) == (
         0,
         "newer",
-        ["v0.32.0", "v0.26.0", "v0.16.0"],
+        ["v0.32.0", "v0.26.0"],
     )
