@@ -520,9 +520,9 @@ def _freeze(
     forced = tuple(sorted(set(force)))
     # A variant that restores a former default (the seed, or a later one) keeps that
     # default's identity: its name is not part of the hash or the labels.
-    seed_variant = next(
-        (name for name in variants if recipe.variants[name].seed), None
-    ) or next((name for name in variants if recipe.variants[name].former_default), None)
+    seed_variant = next((name for name in variants if recipe.variants[name].seed), None) or next(
+        (name for name in variants if recipe.variants[name].former_default), None
+    )
     identity = {
         "recipe": recipe.name,
         "variants": [name for name in variants if name != seed_variant],

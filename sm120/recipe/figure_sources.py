@@ -38,7 +38,11 @@ def unpinned_link(source: str) -> str | None:
         return None if _RAW_PINNED.match(rest) else "names a branch or tag, not a commit"
     if _PINNED_REF.match(rest):
         return None
-    return "names a branch or tag, not a commit" if rest.strip("/") else "names a repository, not a commit"
+    return (
+        "names a branch or tag, not a commit"
+        if rest.strip("/")
+        else "names a repository, not a commit"
+    )
 
 
 def figure_problems(recipe: Recipe) -> Iterator[str]:

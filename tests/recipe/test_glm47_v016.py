@@ -29,7 +29,7 @@ from sm120.recipe.patches import read_series
 from sm120.render.argv import render_argv
 from tests.helpers import REPO
 from tests.recipe.test_glm47_patches import (
-    ANTHROPIC,
+    FINISH,
     GLM45_CALL,
     GLM45_PARSER,
     GLM47_CALL,
@@ -40,7 +40,6 @@ from tests.recipe.test_glm47_patches import (
     NVFP4_WEIGHTS,
     ROLE,
     TOOL_CALL,
-    FINISH,
     USAGE,
     WEATHER_TOOLS,
     _chunk,
@@ -202,11 +201,15 @@ def extract_016(tree: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
     extract = method("extract_tool_calls")
     parser = SimpleNamespace(
         tool_calls_start_token="<tool_call>",
-        func_call_regex=parser_regex(tree, GLM45_PARSER, "Glm4MoeModelToolParser", "func_call_regex"),
+        func_call_regex=parser_regex(
+            tree, GLM45_PARSER, "Glm4MoeModelToolParser", "func_call_regex"
+        ),
         func_detail_regex=parser_regex(
             tree, GLM47_PARSER, "Glm47MoeModelToolParser", "func_detail_regex"
         ),
-        func_arg_regex=parser_regex(tree, GLM47_PARSER, "Glm47MoeModelToolParser", "func_arg_regex"),
+        func_arg_regex=parser_regex(
+            tree, GLM47_PARSER, "Glm47MoeModelToolParser", "func_arg_regex"
+        ),
         _is_string_type=method("_is_string_type"),
         _deserialize=method("_deserialize"),
     )
@@ -238,8 +241,7 @@ def test_016_streaming_cuts_the_name_at_a_newline_or_an_argument_tag(pristine: P
     cut = next(
         node
         for node in ast.walk(method)
-        if isinstance(node, ast.Assign)
-        and ast.unparse(node.targets[0]) == "candidates"
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "candidates"
     )
     assert ast.unparse(cut.value) == "[i for i in [nl, ak, end] if i != -1]"
 
@@ -264,9 +266,9 @@ def _cli_flags(tree: Path) -> set[str]:
     for relative in ("vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py"):
         module = ast.parse((tree / relative).read_text())
         for node in ast.walk(module):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if re.fullmatch(r"--[a-z0-9][a-z0-9-]*", node.value):
-                    flags.add(node.value)
+            literal = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(literal, str) and re.fullmatch(r"--[a-z0-9][a-z0-9-]*", literal):
+                flags.add(literal)
             if isinstance(node, ast.ClassDef) and node.name.endswith("FrontendArgs"):
                 flags |= {
                     "--" + item.target.id.replace("_", "-")
@@ -285,7 +287,9 @@ def _env_names(tree: Path) -> set[str]:
 def test_every_flag_and_variable_is_real_in_the_plans_vllm(variant: str, plan: LaunchPlan) -> None:
     tree = vllm_source(plan.image.engine_version)
     flags = {arg for arg in render_argv(plan) if arg.startswith("--")}
-    assert flags - _cli_flags(tree) == set(), f"{variant}: flags vLLM {plan.image.engine_version} lacks"
+    assert flags - _cli_flags(tree) == set(), (
+        f"{variant}: flags vLLM {plan.image.engine_version} lacks"
+    )
     engine_vars = {name for name in plan.env_dict if name.startswith("VLLM_")}
     assert engine_vars - _env_names(tree) == set(), variant
 
