@@ -35,6 +35,7 @@ GPU_CONTEXTS = (
     "dsv4-sglang",
     "karmic-kraken-0920",
     "karmic-kraken-0922",
+    "dspark-nvfp4",
 )
 GOLDEN = REPO / "tests" / "golden" / "images"
 

@@ -203,6 +203,7 @@ def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch)
             REPO,
             "dsv4",
             [
+                ("danielwoz/vllm", "dspark-nvfp4-cu132-20260708", "dspark-nvfp4"),
                 (
                     "ghcr.io/local-inference-lab/vllm",
                     "karmic-kraken-beta-20260920-443d9f815c57d23b",

@@ -40,6 +40,7 @@ TAGS: dict[str, list[list[str]]] = {
         ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
     ],
     "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
+    "danielwoz/vllm": [["dspark-nvfp4-cu132", "dspark-nvfp4-cu132-20260708"]],
     # ghcr.io: the host is not part of the repository path the registry API asks for
     "local-inference-lab/vllm": [[DSV41_TAG, GLM53_TAG, KARMIC_NEWER, "karmic-kraken-beta"]],
 }
@@ -141,6 +142,7 @@ EXPECTED = [
     f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
+    "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",

@@ -35,6 +35,7 @@ CASES = [
     ("dsv4", ("flashinfer-decode",)),
     ("dsv4", ("sglang",)),
     ("dsv4", ("dspark",)),
+    ("dsv4", ("nvfp4-kv",)),
     ("dsv41", ()),
     ("dsv41", ("seed",)),
     ("glm53flash", ()),
