@@ -315,3 +315,27 @@ def test_the_default_builds_the_016_context_and_the_variants_the_015_one() -> No
         "seed-pinned": ("glm47", "0.15.1"),
         "seed": ("glm47", "0.15.1"),
     }
+
+
+def test_the_compilation_config_keys_and_mode_are_016s(pristine: Path) -> None:
+    # {"level": 3, "cudagraph_mode": "full"} as the source passes it: 0.16.0 still has the
+    # deprecated `level` field (read as `mode`) and parses the graph mode case-insensitively.
+    config = load_recipe("glm47").args["compilation-config"]
+    assert config == {"level": 3, "cudagraph_mode": "full"}
+    module = ast.parse((pristine / "vllm/config/compilation.py").read_text())
+    classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+    fields = {
+        item.target.id
+        for item in classes["CompilationConfig"].body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
+    assert set(config) <= fields
+    modes = {
+        target.id
+        for item in classes["CUDAGraphMode"].body
+        if isinstance(item, ast.Assign)
+        for target in item.targets
+        if isinstance(target, ast.Name)
+    }
+    assert str(config["cudagraph_mode"]).upper() in modes
+    assert "CUDAGraphMode[value.upper()]" in (pristine / "vllm/config/compilation.py").read_text()
