@@ -19,8 +19,12 @@ _WHY_EXTRA_KEYS = {"model", "image", "hardware"}
 
 def _settings(recipe: Recipe) -> set[str]:
     names = set(recipe.args) | set(recipe.env) | _WHY_EXTRA_KEYS
+    launchers = [recipe.launcher, *(variant.launcher for variant in recipe.variants.values())]
     for variant in recipe.variants.values():
         names |= set(variant.args) | set(variant.env)
+    for launcher in launchers:
+        if launcher is not None:  # a launcher's knobs are its settings
+            names |= set(launcher.knobs) | set(launcher.from_args)
     return names
 
 

@@ -36,6 +36,7 @@ GPU_CONTEXTS = (
     "karmic-kraken-0920",
     "karmic-kraken-0922",
     "dspark-nvfp4",
+    "infernal-invocation-r7",
 )
 GOLDEN = REPO / "tests" / "golden" / "images"
 

@@ -211,6 +211,11 @@ def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch)
                 ),
                 ("lmsysorg/sglang", "deepseek-v4-blackwell", "dsv4-sglang"),
                 ("nvidia/cuda", "12.9.1-devel-ubuntu24.04", "dsv4"),
+                (
+                    "voipmonitor/vllm",
+                    "infernal-invocation-vllm7ed814e-b12x5d648d9-fi1ac6942-cu133-torch213-20260813-r7",
+                    "infernal-invocation-r7",
+                ),
             ],
         )
     ]

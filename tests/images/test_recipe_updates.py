@@ -143,6 +143,9 @@ EXPECTED = [
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
     "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
+    "dsv4 (r7)                image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
+    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
+    "or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",

@@ -9,6 +9,8 @@ from tests.helpers import invoke
 
 # (recipe, variant, the checkpoint it serves, the default's)
 OTHER_CHECKPOINTS = [
+    ("dsv4", "r7", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
+    ("dsv4", "r7-tp4", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
     (
         "dsv4",
         "nvfp4-kv",

@@ -36,6 +36,8 @@ CASES = [
     ("dsv4", ("sglang",)),
     ("dsv4", ("dspark",)),
     ("dsv4", ("nvfp4-kv",)),
+    ("dsv4", ("r7",)),
+    ("dsv4", ("r7-tp4",)),
     ("dsv41", ()),
     ("dsv41", ("seed",)),
     ("glm53flash", ()),
