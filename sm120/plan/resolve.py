@@ -367,6 +367,11 @@ def _check_launcher(work: _Work) -> None:
             "pick a variant whose command sm120 builds",
         )
     carried = set(work.launcher["from_args"].values())
+    if any(work.derive.values()):
+        raise PlanError(
+            f"flags derived from the checkpoint cannot reach a launcher route ({command})",
+            "turn the derivation off in the variant (derive: {index_topk_pattern: false})",
+        )
     for key, layer in work.provenance.items():
         name = key.removeprefix("args.")
         if key.startswith("args.") and layer in _USER_LAYERS and name not in carried:

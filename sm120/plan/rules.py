@@ -334,7 +334,9 @@ def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 @rule("F11", "error", "sparse MLA needs an fp8 KV cache on SM12x")
 def _sparse_mla_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     sparse_mla = plan.model.attention == "mla_sparse_dsa" and plan.engine == "vllm"
-    if hw.is_sm12x and sparse_mla and not _kv_dtype(plan).startswith("fp8"):
+    own = load_catalogue()["F11"].fork_fixes.get(plan.image.engine_version, ())
+    fp8 = _kv_dtype(plan).startswith("fp8")
+    if hw.is_sm12x and sparse_mla and not fp8 and _kv_dtype(plan) not in own:
         yield (
             f"kv-cache-dtype {_kv_dtype(plan)} on the SM120 sparse-MLA path produces "
             "garbage output; use --set kv-cache-dtype=fp8 (stored as fp8_ds_mla)"

@@ -37,6 +37,8 @@ GPU_CONTEXTS = (
     "karmic-kraken-0922",
     "dspark-nvfp4",
     "infernal-invocation-r7",
+    "gilded-gnosis-r18",
+    "gilded-gnosis-r33",
 )
 GOLDEN = REPO / "tests" / "golden" / "images"
 

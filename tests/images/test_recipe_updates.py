@@ -29,6 +29,9 @@ GLM53_TAG = "karmic-kraken-beta-20260920-443d9f815c57d23b"
 KARMIC_NEWER = "karmic-kraken-beta-20261001-0123456789abcdef"
 # Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
 KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
+NOT_COMPARED = KARMIC_NOT_COMPARED  # a Gilded Gnosis tag ends in its release, not its date
+GG_R18 = "gilded-gnosis-v20-vllmab358b1-sib2bff71-fi801d57a-cu132-20260801-r18"
+GG_R33 = "gilded-gnosis-v20-vllmfa13d33-b12x06db0f4-fi1ac6942-cu132-20260809-r33"
 # repository -> pages of tags; each page but the last links to the next
 TAGS: dict[str, list[list[str]]] = {
     "vllm/vllm-openai": [
@@ -151,6 +154,8 @@ EXPECTED = [
     "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
     "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
+    f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  {NOT_COMPARED}",
+    f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  {NOT_COMPARED}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
@@ -234,6 +239,10 @@ def test_a_tag_list_cut_short_says_so(
         "first 5 tags only",
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
         "read the first 3 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 3 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 3 tags only",
     ]
     monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
     TAGS["voipmonitor/vllm"][0].remove(GLM52_NEWER)
@@ -243,7 +252,11 @@ def test_a_tag_list_cut_short_says_so(
         TAGS["voipmonitor/vllm"][0].append(GLM52_NEWER)
     assert _image_lines(out) == [
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  none newer found: "
-        "read the first 2 tags only"
+        "read the first 2 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 2 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 2 tags only",
     ]
 
 

@@ -189,6 +189,15 @@ def test_f07_and_f14_still_refuse_plain_nvfp4_on_the_forks_ref() -> None:
     )
 
 
+def test_f07_and_f11_pass_gilded_gnosis_own_nvfp4_mla_kv_on_its_ref_only() -> None:
+    # glm52 -V exl3-tp4: the r18 EXL3 preset's own KV; the default's b12x build has no kernel
+    found = results("glm52", "exl3-tp4")
+    assert (found["F07"].status, found["F11"].status) == ("pass", "pass")  # type: ignore[attr-defined]
+    assert "kv-cache-dtype nvfp4_ds_mla on the SM120 sparse-MLA path produces garbage" in failed(
+        "glm52", "F11", "kv-cache-dtype=nvfp4_ds_mla"
+    )
+
+
 def resolve_ref(recipe: str, *variants: str) -> str:
     return plan_for(recipe, *variants, hardware=SM120_X2).plan.image.engine_version
 

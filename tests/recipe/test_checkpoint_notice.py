@@ -9,6 +9,8 @@ from tests.helpers import invoke
 
 # (recipe, variant, the checkpoint it serves, the default's)
 OTHER_CHECKPOINTS = [
+    ("glm52", "exl3-tp4", "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw", "0xSero/GLM-5.2-NVFP4-REAP-469B"),
+    ("glm52", "nvfp4-tp8", "lukealonso/GLM-5.2-NVFP4", "0xSero/GLM-5.2-NVFP4-REAP-469B"),
     ("dsv4", "r7", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
     ("dsv4", "r7-tp4", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
     (

@@ -79,7 +79,8 @@ def test_updates_prints_the_known_lines_after_the_builds(
     lines = out.splitlines()
     assert code == 0
     assert lines[0].startswith("glm52 (default)          image voipmonitor/vllm:")
-    assert lines[1].startswith(
+    assert [line.split()[1] for line in lines[1:3]] == ["(exl3-tp4)", "(nvfp4-tp8)"]
+    assert lines[3].startswith(
         "glm52 (known)            newer model: GLM-5.3-Flash 255.71 tok/s on 4 GPUs"
     )
     code, out, _ = invoke(cli, "recipes", "updates", "glm52", "--json")

@@ -26,6 +26,8 @@ CASES = [
     ("glm52", ("dcp2",)),
     ("glm52", ("dcp1",)),
     ("glm52", ("no-think",)),
+    ("glm52", ("exl3-tp4",)),
+    ("glm52", ("nvfp4-tp8",)),
     ("dsv4", ()),
     ("dsv4", ("seed",)),
     ("dsv4", ("tp4",)),
