@@ -154,7 +154,8 @@ def test_human_output_is_a_table_with_flags_and_recommendation(cli: CliRunner) -
         (
             ("glm52", "-V", "dcp3", "--gpus", "4"),
             "Error: recipe 'glm52' has no variant 'dcp3'; did you mean 'dcp4'? "
-            "(hint: variants: seed, dcp4, dcp2, dcp1, gb10x6-ray, no-think)",
+            "(hint: variants: seed, dcp4, dcp2, dcp1, gb10x6-ray, no-think, exl3-tp4, "
+            "nvfp4-tp8)",
         ),
         (
             ("glm47", "--gpus", "2"),
