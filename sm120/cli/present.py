@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
+from sm120.render.launcher import launcher_env
 from sm120.render.multinode import NodeLaunch
 
 
@@ -167,10 +169,13 @@ def show_plan(checked: CheckedPlan) -> None:
     )
     console.print(f"plan      {plan.plan_hash}")
     _show_performance(console, checked)
-    console.print("\n[bold]command[/bold]")
-    for text, why in _flag_lines(checked):
-        console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
-    env = render_env(plan)
+    if plan.launcher is not None:
+        _show_launcher(console, plan)
+    else:
+        console.print("\n[bold]command[/bold]")
+        for text, why in _flag_lines(checked):
+            console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
+    env = plan.env_dict if plan.launcher is not None else render_env(plan)
     if env:
         console.print("\n[bold]environment[/bold]")
         for key, value in env.items():
@@ -180,6 +185,34 @@ def show_plan(checked: CheckedPlan) -> None:
             )
     _show_derived(console, checked)
     _show_rules(console, checked)
+
+
+def _show_launcher(console: Console, plan: LaunchPlan) -> None:
+    """A route the image's own entrypoint runs: its command, the knobs sm120 renders for it,
+    where their expansion is published (or why not), and the flags the source says it runs."""
+    assert plan.launcher is not None
+    launcher = plan.launcher
+    console.print("\n[bold]command[/bold] (the image's own launcher, run as is)")
+    console.print(f"{shlex.join(launcher.command)}", soft_wrap=True, markup=False)
+    console.print("\n[bold]launcher knobs[/bold]")
+    carried = {knob: flag for knob, flag in launcher.from_args.items()}
+    for key, value in launcher_env(plan).items():
+        note = f"from {carried[key]}" if key in carried else plan.why.get(key, "")
+        console.print(
+            escape(f"  {key}={value}") + (f"  [dim]# {escape(note)}[/dim]" if note else ""),
+            soft_wrap=True,
+        )
+    console.print(f"expansion {launcher.expansion}", soft_wrap=True, markup=False)
+    console.print(f"source    {launcher.source}", soft_wrap=True, markup=False)
+    console.print(
+        "\n[bold]flags the source says it runs[/bold] (read by the planner and the rules; "
+        "only those a knob carries reach the launcher)"
+    )
+    flags = set(carried.values())
+    for name, value in plan.args:
+        text = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else value
+        mark = "  [dim]# a knob carries it[/dim]" if name in flags else ""
+        console.print(escape(f"  --{name} {text}") + mark, soft_wrap=True)
 
 
 def performance_lines(plan: LaunchPlan) -> list[str]:

@@ -35,6 +35,7 @@ from sm120.recipe.schema import (
     HardwareSpec,
     ImageSpec,
     KvTier,
+    Launcher,
     ModelSource,
     MonitorSpec,
     MultiNode,
@@ -96,14 +97,19 @@ class LaunchPlan:
     plan_hash: str
     multinode: MultiNode | None = None
     published: Published | None = None  # sourced figures, shown beside the roofline
-    # The chosen variant that restores the recipe's seed default (Variant.seed), if any.
+    # The chosen variant that restores a former default of the recipe (Variant.seed, else
+    # Variant.former_default), if any: left out of the plan's identity.
     seed_variant: str | None = None
     kv_tier: KvTier | None = None  # rendered by render/kv_tier.py, sized by plan/fit/tier.py
+    # The image's own entrypoint with its knobs (render/launcher.py), instead of an engine
+    # command sm120 builds; args then state what the launcher runs, for the planner and rules.
+    launcher: Launcher | None = None
 
     @property
     def identity_variants(self) -> tuple[str, ...]:
         """The variants that name this plan in its hash and container labels: all but the seed
-        variant, which stands for the default as it was before a faster stack replaced it."""
+        (or former-default) variant, which stands for the default as it was before a faster
+        stack replaced it."""
         return tuple(name for name in self.variants if name != self.seed_variant)
 
     @property
@@ -163,6 +169,7 @@ class _Work:
     monitor: dict[str, Any]
     multinode: dict[str, Any] | None = None
     kv_tier: dict[str, Any] | None = None
+    launcher: dict[str, Any] | None = None
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -199,6 +206,7 @@ def _start(recipe: Recipe) -> _Work:
         port=recipe.default_port,
         multinode=recipe.multinode.model_dump() if recipe.multinode else None,
         kv_tier=recipe.kv_tier.model_dump() if recipe.kv_tier else None,
+        launcher=recipe.launcher.model_dump() if recipe.launcher else None,
     )
     if recipe.speculative is not None:
         work.args["speculative-config"] = recipe.speculative.config()
@@ -254,6 +262,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.set_arg("speculative-config", variant.speculative.config(), layer)
     if variant.kv_tier is not None:
         work.kv_tier = variant.kv_tier.model_dump()
+    if variant.launcher is not None:
+        work.launcher = variant.launcher.model_dump()
 
 
 def _changes_serving(variant: Variant) -> bool:
@@ -267,6 +277,7 @@ def _changes_serving(variant: Variant) -> bool:
         or variant.replace_args
         or variant.speculative
         or variant.kv_tier
+        or variant.launcher
     )
 
 
@@ -353,6 +364,34 @@ def _check_args(work: _Work) -> None:
         spec = flags.spec(name)
         work.args[name] = coerce_flag_value(spec, work.args[name])
     _check_speculative(work)
+
+
+def _check_launcher(work: _Work) -> None:
+    """A launcher route renders only the flags its knobs carry: a flag set by hand that no
+    knob carries would be silently dropped, and the launcher serves one host."""
+    if work.launcher is None:
+        return
+    command = " ".join(work.launcher["command"])
+    if work.multinode is not None or work.kv_tier is not None:
+        what = "a multi-node layout" if work.multinode is not None else "a KV tier"
+        raise PlanError(
+            f"{what} cannot be added to a route the image's own launcher runs ({command})",
+            "pick a variant whose command sm120 builds",
+        )
+    carried = set(work.launcher["from_args"].values())
+    if any(work.derive.values()):
+        raise PlanError(
+            f"flags derived from the checkpoint cannot reach a launcher route ({command})",
+            "turn the derivation off in the variant (derive: {index_topk_pattern: false})",
+        )
+    for key, layer in work.provenance.items():
+        name = key.removeprefix("args.")
+        if key.startswith("args.") and layer in _USER_LAYERS and name not in carried:
+            raise PlanError(
+                f"{name} ({layer}) is decided by the image's launcher ({command}); "
+                "no knob of it carries that flag",
+                "flags a knob carries: " + (", ".join(sorted(carried)) or "none"),
+            )
 
 
 def _check_speculative(work: _Work) -> None:
@@ -504,6 +543,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         work.model_dir = str(Path(work.model_dir).expanduser().resolve())
     _apply_layout(work)
     _check_args(work)
+    _check_launcher(work)
     pending: list[str] = []
     derived = _derive(work, pending)
     return _freeze(recipe, variants, work, derived, pending, request.force)
@@ -528,7 +568,11 @@ def _freeze(
     monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
-    seed_variant = next((name for name in variants if recipe.variants[name].seed), None)
+    # A variant that restores a former default (the seed, or a later one) keeps that
+    # default's identity: its name is not part of the hash or the labels.
+    seed_variant = next((name for name in variants if recipe.variants[name].seed), None) or next(
+        (name for name in variants if recipe.variants[name].former_default), None
+    )
     identity = {
         "recipe": recipe.name,
         "variants": [name for name in variants if name != seed_variant],
@@ -548,6 +592,9 @@ def _freeze(
     kv_tier = _validated(KvTier, work.kv_tier, "kv_tier") if work.kv_tier is not None else None
     if kv_tier is not None:  # likewise: plans without a tier keep their hashes
         identity["kv_tier"] = kv_tier.model_dump()
+    launcher = _validated(Launcher, work.launcher, "launcher") if work.launcher else None
+    if launcher is not None:  # and plans that build their own command keep theirs
+        identity["launcher"] = launcher.model_dump()
     return LaunchPlan(
         recipe=recipe.name,
         title=recipe.title,
@@ -576,4 +623,5 @@ def _freeze(
         published=work.published,
         seed_variant=seed_variant,
         kv_tier=kv_tier,
+        launcher=launcher,
     )

@@ -356,7 +356,10 @@ def _mtp_glm_tool_calls(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 
 @rule("F07", "error", "no nvfp4 KV cache on SM12x")
 def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4"):
+    # A fork's own 4-bit KV format with SM120 kernels (failures.yaml F07 fork_fixes) holds
+    # on that engine ref only; every other build, and every other fp4 dtype, still fails.
+    own = load_catalogue()["F07"].fork_fixes.get(plan.image.engine_version, ())
+    if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4") and _kv_dtype(plan) not in own:
         yield (
             f"kv-cache-dtype {_kv_dtype(plan)} has no {hw.arch} kernel (the engine dies on the "
             "first request); use --set kv-cache-dtype=fp8"
@@ -366,7 +369,9 @@ def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 @rule("F11", "error", "sparse MLA needs an fp8 KV cache on SM12x")
 def _sparse_mla_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     sparse_mla = plan.model.attention == "mla_sparse_dsa" and plan.engine == "vllm"
-    if hw.is_sm12x and sparse_mla and not _kv_dtype(plan).startswith("fp8"):
+    own = load_catalogue()["F11"].fork_fixes.get(plan.image.engine_version, ())
+    fp8 = _kv_dtype(plan).startswith("fp8")
+    if hw.is_sm12x and sparse_mla and not fp8 and _kv_dtype(plan) not in own:
         yield (
             f"kv-cache-dtype {_kv_dtype(plan)} on the SM120 sparse-MLA path produces "
             "garbage output; use --set kv-cache-dtype=fp8 (stored as fp8_ds_mla)"
@@ -393,7 +398,9 @@ def _fp4_indexer(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 @rule("F14", "error", "DeepSeek-V4 needs an fp8 KV cache")
 def _dsv4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     dsv4 = plan.model.attention == "dsv4_compressed" and plan.engine == "vllm"
-    if dsv4 and _kv_dtype(plan) not in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
+    # a fork that builds the model with its own KV page (failures.yaml F14 fork_fixes)
+    own = load_catalogue()["F14"].fork_fixes.get(plan.image.engine_version, ())
+    if dsv4 and _kv_dtype(plan) not in ("fp8", "fp8_e4m3", "fp8_ds_mla", *own):
         yield (
             f"DeepSeek-V4 fails at model construction with kv-cache-dtype {_kv_dtype(plan)}; "
             "its fp8_ds_mla layout needs --set kv-cache-dtype=fp8"

@@ -658,6 +658,45 @@ class MultiNode(Strict):
     )
 
 
+class LauncherServing(Strict):
+    """The environment variables an image's launcher reads for what sm120 decides itself."""
+
+    model: str | None = Field(None, description="Variable naming the checkpoint (repo or path).")
+    revision: str | None = Field(None, description="Variable naming the checkpoint revision.")
+    served_name: str | None = Field(None, description="Variable naming the served model.")
+    host: str | None = Field(None, description="Variable naming the address to bind.")
+    port: str | None = Field(None, description="Variable naming the port.")
+
+
+class Launcher(Strict):
+    """A route whose command is the image's own entrypoint, driven by environment knobs: sm120
+    runs that command as is and renders the knobs; the engine flags it ends up with are the
+    launcher's. The recipe's args then state what the source says those flags are (the
+    planner and the rules read them); only the ones in from_args reach the launcher."""
+
+    command: tuple[str, ...] = Field(
+        min_length=1, description="The image's entrypoint and its arguments, run as is."
+    )
+    knobs: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment knobs the launcher reads, as the source sets them.",
+    )
+    from_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="Knob -> engine flag: the knob is rendered from the plan's value of that "
+        "flag, so --set on the flag reaches the launcher.",
+    )
+    serving: LauncherServing = Field(
+        default_factory=LauncherServing,
+        description="Knobs for the model, revision, name, address and port sm120 decides.",
+    )
+    source: str = Field(min_length=1, description="Where the launcher and its knobs are published.")
+    expansion: str = Field(
+        min_length=1,
+        description="What the knobs expand to (the engine command), or why that is not public.",
+    )
+
+
 class Variant(Strict):
     description: str = Field(description="What the variant changes and when to pick it.")
     engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
@@ -689,11 +728,20 @@ class Variant(Strict):
     kv_tier: KvTier | None = Field(
         None, description="A KV tier beyond the GPU for this variant (replaces the recipe's)."
     )
+    launcher: Launcher | None = Field(
+        None, description="Run the image's own entrypoint with these knobs (replaces the recipe's)."
+    )
     seed: bool = Field(
         False,
         description="This variant is the recipe's seed configuration, the default before a "
         "faster stack replaced it: its plan hash and container labels are those the default "
         "had, so goldens, compose files and servers made before the default moved still match.",
+    )
+    former_default: bool = Field(
+        False,
+        description="This variant is a default the recipe had before a faster stack replaced "
+        "it (other than the seed configuration): like `seed`, its name is left out of the plan "
+        "hash and container labels, so what was made from that default still matches.",
     )
 
 
@@ -749,6 +797,11 @@ class Recipe(Strict):
         description="A KV tier beyond the GPU (host RAM, optionally disk) from the engine's own "
         "offloading; off when absent. `--set kv_tier.cpu_gib=32` or .env KV_TIER_CPU_GIB=32 "
         "turn it on.",
+    )
+    launcher: Launcher | None = Field(
+        None,
+        description="The default runs the image's own entrypoint with these knobs instead of "
+        "an engine command sm120 builds (usually set by a variant).",
     )
 
     @model_validator(mode="after")

@@ -54,7 +54,9 @@ def render_compose_service(
         "pull_policy": "never" if plan.image.build == "dockerfile" else "missing",
         "entrypoint": [argv[0]],
         "command": argv[1:],
-        "environment": render_env(plan),
+        "environment": render_env(
+            plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host=bind_host
+        ),
         "ipc": "host",
         # For NCCL's pinned memory; a CPU engine has none (dropped below).
         "ulimits": {"memlock": -1, "stack": 67108864},
@@ -64,7 +66,8 @@ def render_compose_service(
         "healthcheck": {
             "test": [
                 "CMD",
-                argv[0],
+                # a launcher route's argv[0] is a script: probe with the image's Python
+                plan.image.python if plan.launcher else argv[0],
                 "-c",
                 "import urllib.request,sys;"
                 f"sys.exit(urllib.request.urlopen('http://127.0.0.1:{plan.port}/health')"

@@ -29,6 +29,9 @@ GLM53_TAG = "karmic-kraken-beta-20260920-443d9f815c57d23b"
 KARMIC_NEWER = "karmic-kraken-beta-20261001-0123456789abcdef"
 # Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
 KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
+NOT_COMPARED = KARMIC_NOT_COMPARED  # a Gilded Gnosis tag ends in its release, not its date
+GG_R18 = "gilded-gnosis-v20-vllmab358b1-sib2bff71-fi801d57a-cu132-20260801-r18"
+GG_R33 = "gilded-gnosis-v20-vllmfa13d33-b12x06db0f4-fi1ac6942-cu132-20260809-r33"
 # repository -> pages of tags; each page but the last links to the next
 TAGS: dict[str, list[list[str]]] = {
     "vllm/vllm-openai": [
@@ -40,6 +43,7 @@ TAGS: dict[str, list[list[str]]] = {
         ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
     ],
     "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
+    "danielwoz/vllm": [["dspark-nvfp4-cu132", "dspark-nvfp4-cu132-20260708"]],
     # ghcr.io: the host is not part of the repository path the registry API asks for
     "local-inference-lab/vllm": [[DSV41_TAG, GLM53_TAG, KARMIC_NEWER, "karmic-kraken-beta"]],
 }
@@ -57,7 +61,7 @@ PYPI: dict[str, dict[str, Any]] = {
 
 
 # repository:tag -> the digest the stand-in's manifest answers with
-DIGESTS = {"vllm/vllm-openai:v0.15.1": "sha256:" + "b" * 64}
+DIGESTS = {"vllm/vllm-openai:v0.16.0": "sha256:" + "b" * 64}
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -141,10 +145,17 @@ EXPECTED = [
     f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
+    "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
+    "dsv4 (r7)                image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
+    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
+    "or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
-    "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
+    "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
+    "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
+    f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  {NOT_COMPARED}",
+    f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  {NOT_COMPARED}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
@@ -169,12 +180,24 @@ def test_updates_json_for_one_recipe(stand_in: LoopbackServer, cli: CliRunner) -
             "variants": [],
             "source": "image",
             "name": "vllm/vllm-openai",
+            "pinned": "v0.16.0",
+            "pin": None,
+            "status": "newer",
+            "newer": ["v0.32.0", "v0.26.0"],
+            "detail": "",
+        },
+        {
+            # the 0.15.1 image of vllm-0.15.1, seed-pinned and seed, once
+            "recipe": "glm47",
+            "variants": ["vllm-0.15.1"],
+            "source": "image",
+            "name": "vllm/vllm-openai",
             "pinned": "v0.15.1",
             "pin": None,
             "status": "newer",
             "newer": ["v0.32.0", "v0.26.0", "v0.16.0"],
             "detail": "",
-        }
+        },
     ]
 
 
@@ -210,10 +233,16 @@ def test_a_tag_list_cut_short_says_so(
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "glm52")
     assert code == 0
     assert _image_lines(out) == [
-        "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
+        "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.26.0; read the "
+        "first 5 tags only",
+        "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
         "first 5 tags only",
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
         "read the first 3 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 3 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 3 tags only",
     ]
     monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
     TAGS["voipmonitor/vllm"][0].remove(GLM52_NEWER)
@@ -223,7 +252,11 @@ def test_a_tag_list_cut_short_says_so(
         TAGS["voipmonitor/vllm"][0].append(GLM52_NEWER)
     assert _image_lines(out) == [
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  none newer found: "
-        "read the first 2 tags only"
+        "read the first 2 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 2 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 2 tags only",
     ]
 
 
@@ -253,7 +286,8 @@ def test_newer_tags_orders_only_what_has_an_order(
 
 def _glm47_pinned_to(digest: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = (REPO / "recipes" / "glm47.yaml").read_text()
-    pinned = text.replace("  tag: v0.15.1\n", f'  tag: v0.15.1\n  digest: "{digest}"\n', 1)
+    # the default's image (the 0.15.1 ones are variants'): the only unindented tag line
+    pinned = text.replace("\n  tag: v0.16.0\n", f'\n  tag: v0.16.0\n  digest: "{digest}"\n', 1)
     (tmp_path / "glm47.yaml").write_text(pinned)
     monkeypatch.setenv("SM120_RECIPES_DIR", str(tmp_path))
 
@@ -265,24 +299,24 @@ def test_a_tag_rebuilt_off_its_digest_pin_says_so(
     _glm47_pinned_to(pinned, tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
     assert code == 0
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (found["status"], found["pin"]) == ("moved", pinned)
-    assert found["detail"] == f"v0.15.1 now names {DIGESTS['vllm/vllm-openai:v0.15.1']}, " + (
+    assert found["detail"] == f"v0.16.0 now names {DIGESTS['vllm/vllm-openai:v0.16.0']}, " + (
         f"not the pinned {pinned}"
     )
-    assert found["newer"] == ["v0.32.0", "v0.26.0", "v0.16.0"]
+    assert found["newer"] == ["v0.32.0", "v0.26.0"]
     code, out, _ = invoke(cli, "recipes", "updates", "glm47")
-    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.15.1  rebuilt under ")
+    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.16.0  rebuilt under ")
 
 
 def test_a_digest_pin_the_tag_still_names_compares_as_usual(
     stand_in: LoopbackServer, cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.15.1"], tmp_path, monkeypatch)
+    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.16.0"], tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (code, found["status"], found["newer"]) == (
         0,
         "newer",
-        ["v0.32.0", "v0.26.0", "v0.16.0"],
+        ["v0.32.0", "v0.26.0"],
     )
