@@ -62,6 +62,9 @@ class PlanRequest:
     force: tuple[str, ...] = ()
     dotenv: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
+    # `sm120 tune`'s winning settings for this host (deploy/tuned.py), as --set texts: a
+    # layer of their own, under the command line's --set, so an explicit flag still wins.
+    tuned: tuple[str, ...] = ()
 
 
 # Images sm120 builds are tagged sm120/<recipe>:<image-hash>: one tag per image spec, so
@@ -478,6 +481,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         _apply_variant(work, name, recipe.variants[name])
     _apply_knobs(work, layers[0], ".env")
     _apply_knobs(work, layers[1], "environment")
+    _apply_knobs(work, KnobValues(sets=list(request.tuned)), "tuned")
     cli = KnobValues(
         model_dir=request.model_dir,
         port=request.port,
