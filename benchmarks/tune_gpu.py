@@ -60,6 +60,37 @@ def shape_dir(vllm_python: str, work: Path, shape: str) -> Path:
     return dest
 
 
+def seed_progress(home: Path, model: Path, result: Path, rounds: int) -> str:
+    """Write the progress file `sm120 tune` would have kept, from a result's candidates."""
+    os.environ["SM120_HOME"] = str(home)
+    from sm120.plan.request import plan_request
+    from sm120.tune.runner import Progress, TuneRequest, save_progress, start_search
+    from sm120.tune.search import Outcome
+
+    class Quiet:
+        def line(self, text: str) -> None: ...
+
+        def step(self, done: int, total: int, eta_s: float | None, text: str) -> None: ...
+
+    plan = plan_request(
+        "tiny", environ={}, variants=["gpu"], sets=list(BASE_SETS), model_dir=str(model)
+    )
+    search = start_search(TuneRequest(plan=plan, rounds=rounds), Quiet())
+    document = json.loads(result.read_text())
+    if document["fingerprint"] != search.fingerprint:
+        return f"not seeded: the fingerprint differs ({document['fingerprint']})"
+    outcomes = [Outcome.from_dict(item) for item in document["candidates"]]
+    progress = Progress(
+        search.progress.identity,
+        {outcome.candidate.key: outcome for outcome in outcomes},
+        [],  # pairs are measured again, on this machine, for whichever leader stands
+        float(document["spent_s"]),
+        float(document["started_at"]),
+    )
+    save_progress(search.path, progress)
+    return f"seeded {len(outcomes)} measured candidates from {result}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--vllm-python", required=True)
@@ -67,6 +98,13 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=6.5, help="minutes")
     parser.add_argument("--shape", default="8b", choices=sorted(BENCH_SHAPES))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--resume-result",
+        type=Path,
+        help="a result this benchmark wrote before (on a machine that has since gone cold): "
+        "its measured candidates seed the search, as a run's own progress file would, when "
+        "the host's fingerprint and the search are the same",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tune-gpu-"))
@@ -75,6 +113,8 @@ def main() -> int:
     common = ["-V", "gpu", "--model-dir", str(model), "--vllm-python", args.vllm_python]
     for setting in BASE_SETS:
         common += ["--set", setting]
+    if args.resume_result is not None:
+        print(seed_progress(home, model, args.resume_result, args.rounds), flush=True)
     tuned = sm120(
         home,
         "tune", "tiny", *common,

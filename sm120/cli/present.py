@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sm120.core.net import http_url
 from sm120.deploy.checked import CheckedPlan, performance_document, protocols_document
+from sm120.deploy.tuned import tuned_summary
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
@@ -229,6 +230,21 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
         lines.append(
             f"suspect    the published figure is above the {bound}: check its source's "
             "conditions before taking it as a target"
+        )
+    return lines + tuned_lines(plan)
+
+
+def tuned_lines(plan: LaunchPlan) -> list[str]:
+    """`sm120 tune`'s result for this host, when one is kept (none: no line, no GPU read)."""
+    summary = tuned_summary(plan)
+    if summary is None:
+        return []
+    unit = summary["unit"] or ""
+    lines = [f"tuned      {summary['line']}"]
+    if summary["leader"] is not None and summary["default"] is not None:
+        lines.append(
+            f"           {summary['objective']}: {summary['leader']:,.1f} {unit} tuned, "
+            f"{summary['default']:,.1f} {unit} default (sm120 tune {plan.recipe} --show)"
         )
     return lines
 

@@ -53,12 +53,18 @@ def tune(
     vllm_python: VllmPythonOpt = None,
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for each READY."),
     fresh: bool = typer.Option(False, "--fresh", help="Start over instead of resuming."),
+    show: bool = typer.Option(False, "--show", help="Print the result kept here; measure nothing."),
     as_json: bool = typer.Option(False, "--json", help="The result as JSON on stdout."),
 ) -> None:
     """Search the recipe's tune: space on this host for the objective, and keep the winner."""
     from sm120.plan.request import plan_request
     from sm120.tune.present import result_lines
-    from sm120.tune.runner import TuneInterrupted, TuneRequest, run_tune
+    from sm120.tune.runner import TuneInterrupted, TuneRequest, kept_result, run_tune
+
+    if show:
+        kept = kept_result(plan_request(recipe, environ=os.environ, variants=variant))
+        print(json.dumps(kept, indent=2) if as_json else "\n".join(result_lines(kept)))
+        return
 
     request = TuneRequest(
         plan=plan_request(

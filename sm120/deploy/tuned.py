@@ -184,3 +184,27 @@ def tuned_for(
         return TunedLookup((), provenance_line(document))
     # A layer under the command line (plan.resolve): an explicit --set still wins.
     return TunedLookup(tuple(document.get("winner", {}).get("sets", [])), provenance_line(document))
+
+
+def tuned_summary(
+    plan: LaunchPlan, fingerprint: Callable[[LaunchPlan], dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """The kept result beside the published figure and the roofline (`recipes show`, the
+    dashboard): its figures, its verdict, and whether a launch here would apply it."""
+    document = load_result(plan.recipe, plan.variants)
+    if document is None:
+        return None
+    lookup = tuned_for(plan, fingerprint)
+    leader, default = document.get("leader") or {}, document.get("default") or {}
+    return {
+        "key": document["key"],
+        "objective": document.get("objective_label"),
+        "unit": document.get("unit"),
+        "leader": leader.get("value"),
+        "default": default.get("value"),
+        "verdict": document.get("verdict"),
+        "winner": (document.get("winner") or {}).get("sets", []),
+        "applies_here": bool(lookup.sets),
+        "line": lookup.line,
+        "finished_at": document.get("finished_at"),
+    }

@@ -22,6 +22,7 @@ class Pair:
     default: float
     leader: float
     leader_first: bool
+    leader_key: str = ""  # which leader: a search that goes on may crown another
 
     def change(self, higher_is_better: bool) -> float:
         """Fractional change, + better: 0.12 is 12% more tok/s, or 12% less TTFT."""
@@ -31,7 +32,12 @@ class Pair:
         return ratio - 1.0 if higher_is_better else 1.0 - ratio
 
     def as_dict(self) -> dict[str, Any]:
-        return {"default": self.default, "leader": self.leader, "leader_first": self.leader_first}
+        return {
+            "default": self.default,
+            "leader": self.leader,
+            "leader_first": self.leader_first,
+            "leader_key": self.leader_key,
+        }
 
 
 def verdict(pairs: list[Pair], higher_is_better: bool) -> dict[str, Any]:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,19 +31,25 @@ from sm120.deploy.checked import checked_plan
 from sm120.deploy.launcher import LaunchOptions, launch
 from sm120.deploy.session import LaunchRequest, prepare
 from sm120.deploy.stop import stop_sequence
-from sm120.deploy.tuned import host_fingerprint, result_key, save_result, tuned_dir
+from sm120.deploy.tuned import (
+    host_fingerprint,
+    load_result,
+    result_key,
+    save_result,
+    tuned_dir,
+)
 from sm120.doctor.detect import detect
 from sm120.engine.runtime.native import NativeRuntime
 from sm120.engine.secrets import read_api_key
 from sm120.engine.state import list_states
 from sm120.plan.hardware import Hardware
-from sm120.plan.resolve import LaunchPlan, PlanRequest
+from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe
 from sm120.server.wire import Wire
 from sm120.tune.chart import write_svg
 from sm120.tune.objective import Objective, PromptMaker, check_objective, measure
 from sm120.tune.pairs import Pair, verdict
-from sm120.tune.search import Outcome, leader, next_candidate
+from sm120.tune.search import Outcome, leader, next_batch
 from sm120.tune.space import Candidate, Space, TuneError, build_space, candidate_request
 from sm120.tune.workload import Workload, build_workload
 
@@ -108,6 +117,15 @@ class Progress:
         )
 
 
+def _pair(data: dict[str, Any]) -> Pair:
+    return Pair(
+        float(data["default"]),
+        float(data["leader"]),
+        bool(data["leader_first"]),
+        str(data.get("leader_key", "")),
+    )
+
+
 def progress_path(key: str) -> Path:
     return tuned_dir() / "runs" / f"{key}.json"
 
@@ -127,7 +145,7 @@ def _load_progress(path: Path, identity: str, fresh: bool) -> tuple[Progress, st
     return progress, f"resuming: {measured} candidates and {len(progress.pairs)} pairs kept"
 
 
-def _save_progress(path: Path, progress: Progress) -> None:
+def save_progress(path: Path, progress: Progress) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".part")
     temporary.write_text(json.dumps(progress.as_dict(), indent=1))
@@ -272,14 +290,22 @@ class Search:
         higher = self.objective.higher_is_better
         untried = 0
         while True:
-            candidate = next_candidate(self.space, self.progress.outcomes, higher)
-            if candidate is None:
+            batch = next_batch(self.space, self.progress.outcomes, higher)
+            if not batch:
                 break
-            reason = self.precheck(candidate)
-            if reason is not None:
+            runnable = []
+            for candidate in batch:
+                reason = self.precheck(candidate)
+                if reason is None:
+                    runnable.append(candidate)
+                    continue
                 self.record(Outcome(candidate, "skipped", reason=reason))
                 self.view.line(f"skipped {candidate.label}: {reason}")
+            if not runnable:
                 continue
+            if not self.space.block.side_by_side:
+                runnable = runnable[:1]  # one engine at a time
+            # Side by side, a batch's engines start at once: about one launch for all.
             estimate = self.candidate_estimate() or 0.0
             over = self.spent() + estimate + self.pairs_estimate() > self.request.budget_s
             if over and self.progress.outcomes:
@@ -289,7 +315,7 @@ class Search:
                     f"about {untried} candidates left untried"
                 )
                 break
-            self.measure_candidate(candidate)
+            self.measure_batch(runnable)
         self.measure_pairs()
         self.engines.stop_all()
         return self.result(untried)
@@ -305,32 +331,69 @@ class Search:
             return f"[{failed[0].id}] {failed[0].messages[0]}"
         return None
 
-    def measure_candidate(self, candidate: Candidate) -> None:
+    def measure_batch(self, batch: list[Candidate]) -> None:
         done = len(self.progress.outcomes)
-        total = max(self.space.size, done + 1)
-        self.view.step(done, total, self.eta(total - done), f"{candidate.label}: launching")
+        total = max(self.space.size, done + len(batch))
+        eta = self.eta(total - done)
+        names = ", ".join(candidate.label for candidate in batch)
+        self.view.step(done, total, eta, f"{names}: launching")
         started = time.monotonic()
+        launched = self.start_all(batch + self.pair_engines_missing())
+        launch_s = time.monotonic() - started
+        for candidate in batch:
+            measuring = time.monotonic()
+            got = launched[candidate.key]
+            try:
+                if isinstance(got, SM120Error):
+                    raise got
+                self.view.step(done, total, eta, f"{candidate.label}: warming up, measuring")
+                self.sample(got, f"warm-{candidate.key}")
+                samples = [self.sample(got, f"round-{i}") for i in range(self.request.rounds)]
+                outcome = Outcome(
+                    candidate, "measured", samples, seconds=launch_s + time.monotonic() - measuring
+                )
+            except SM120Error as exc:
+                self.engines.stop(candidate)
+                seconds = launch_s + time.monotonic() - measuring
+                outcome = Outcome(candidate, "failed", reason=exc.message, seconds=seconds)
+                self.view.line(f"failed {candidate.label}: {exc.message}")
+            self.record(outcome)
+            self.keep_or_stop(candidate)
+            if outcome.value is not None:
+                self.view.line(
+                    f"measured {candidate.label}: {outcome.value:,.2f} {self.objective.unit} "
+                    f"({', '.join(f'{s:,.2f}' for s in outcome.samples)})"
+                )
+
+    def pair_engines_missing(self) -> list[Candidate]:
+        """Side by side, the default and the leader stay up for the pairs; a resumed search
+        starts them again with its next batch, at once, rather than one by one at the end."""
+        if not self.space.block.side_by_side:
+            return []
+        best = leader(self.progress.outcomes, self.objective.higher_is_better)
+        wanted = [Candidate()] + ([best.candidate] if best is not None else [])
+        missing = [c for c in wanted if c.key in self.progress.outcomes]
+        return [c for c in dict.fromkeys(missing) if c.key not in self.engines.running]
+
+    def start_all(self, batch: list[Candidate]) -> dict[str, Running | SM120Error]:
+        """Each candidate's engine, or why it did not start; a batch starts side by side."""
+
+        def start(candidate: Candidate) -> Running | SM120Error:
+            try:
+                return self.engines.start(candidate)
+            except SM120Error as exc:
+                return exc
+
+        if len(batch) == 1:
+            return {batch[0].key: start(batch[0])}
+        pool = ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="tune-launch")
+        futures = {candidate.key: pool.submit(start, candidate) for candidate in batch}
         try:
-            running = self.engines.start(candidate)
-            self.view.step(done, total, self.eta(total - done), f"{candidate.label}: warming up")
-            self.sample(running, f"warm-{candidate.key}")
-            samples = []
-            for index in range(self.request.rounds):
-                samples.append(self.sample(running, f"round-{index}"))
-            outcome = Outcome(candidate, "measured", samples, seconds=time.monotonic() - started)
-        except SM120Error as exc:
-            self.engines.stop(candidate)
-            outcome = Outcome(
-                candidate, "failed", reason=exc.message, seconds=time.monotonic() - started
-            )
-            self.view.line(f"failed {candidate.label}: {exc.message}")
-        self.record(outcome)
-        self.keep_or_stop(candidate)
-        if outcome.value is not None:
-            self.view.line(
-                f"measured {candidate.label}: {outcome.value:,.2f} {self.objective.unit} "
-                f"({', '.join(f'{s:,.2f}' for s in outcome.samples)})"
-            )
+            return {key: future.result() for key, future in futures.items()}
+        finally:
+            # Ctrl-C here: the launches under way finish (each stops itself if it fails),
+            # so the caller's stop_all finds every engine that came up.
+            pool.shutdown(wait=True)
 
     def keep_or_stop(self, candidate: Candidate) -> None:
         """Side by side, the default and the leader stay up for the pairs; else nothing."""
@@ -340,8 +403,9 @@ class Search:
         best = leader(self.progress.outcomes, self.objective.higher_is_better)
         keep = {Candidate().key, best.candidate.key if best else ""}
         for key in list(self.engines.running):
-            if key not in keep:
-                self.engines.stop(self.progress.outcomes[key].candidate)
+            measured = self.progress.outcomes.get(key)  # the batch's others still wait
+            if measured is not None and key not in keep:
+                self.engines.stop(measured.candidate)
 
     def sample(self, running: Running, salt: str) -> float:
         maker = self.makers.get(running.name)
@@ -363,6 +427,10 @@ class Search:
         if best is None or best.candidate.is_default:
             return
         default = Candidate()
+        # Pairs kept from before a search went on belong to the leader they measured.
+        self.progress.pairs = [
+            pair for pair in self.progress.pairs if pair.leader_key == best.candidate.key
+        ]
         while len(self.progress.pairs) < self.pairs_wanted:
             index = len(self.progress.pairs)
             leader_first = index % 2 == 0
@@ -377,7 +445,12 @@ class Search:
             for candidate in order:
                 figures[candidate.key] = self.pair_figure(candidate, f"pair-{index}")
             self.progress.pairs.append(
-                Pair(figures[default.key], figures[best.candidate.key], leader_first)
+                Pair(
+                    figures[default.key],
+                    figures[best.candidate.key],
+                    leader_first,
+                    best.candidate.key,
+                )
             )
             self.save()
 
@@ -398,7 +471,7 @@ class Search:
 
     def save(self) -> None:
         self.progress.spent_s, self.clock_start = self.spent(), time.monotonic()
-        _save_progress(self.path, self.progress)
+        save_progress(self.path, self.progress)
 
     # -- the result --------------------------------------------------------------------
 
@@ -508,6 +581,22 @@ def _identity(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def kept_result(plan_request: PlanRequest) -> dict[str, Any]:
+    """`sm120 tune NAME --show`: the result kept for this recipe and variants."""
+    plan = resolve(plan_request)
+    document = load_result(plan.recipe, plan.variants)
+    if document is None:
+        raise TuneError(
+            f"no tune result is kept for {result_key(plan.recipe, plan.variants)} on this host",
+            f"run 'sm120 tune {plan.recipe}' first",
+        )
+    return document
+
+
 def run_tune(
     request: TuneRequest,
     view: TuneView,
@@ -518,6 +607,9 @@ def run_tune(
         raise TuneError("--rounds must be at least 1", "e.g. --rounds 3")
     if request.budget_s <= 0:
         raise TuneError("--budget must be above 0 minutes", "e.g. --budget 30")
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a service manager, a CI timeout) cleans up as Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
     search = starter(request, view)
     view.line(
         f"tuning {search.plan.recipe} for {search.objective.label} on "

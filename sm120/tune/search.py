@@ -79,24 +79,31 @@ def _best(
     return chosen
 
 
+def next_batch(
+    space: Space, outcomes: Mapping[str, Outcome], higher_is_better: bool
+) -> list[Candidate]:
+    """The candidates to measure next that depend on nothing unmeasured (empty when the pass
+    is complete): the default with the first knob's values (they start from the default
+    whatever it measures), then each knob's values from the best so far, then the variants.
+    Side by side, a batch starts at once; otherwise its candidates run one after another."""
+    current = Candidate()
+    pending = [] if current.key in outcomes else [current]
+    for knob in space.knobs:
+        options = [current.with_setting(knob.name, value) for value in knob.alternatives()]
+        missing = [option for option in options if option.key not in outcomes]
+        if pending or missing:
+            return pending + missing
+        current = _best([current, *options], outcomes, higher_is_better)
+    variants = [Candidate(current.settings, variant) for variant in space.variants]
+    return pending + [option for option in variants if option.key not in outcomes]
+
+
 def next_candidate(
     space: Space, outcomes: Mapping[str, Outcome], higher_is_better: bool
 ) -> Candidate | None:
     """The next candidate to measure, or None when the pass is complete."""
-    current = Candidate()
-    if current.key not in outcomes:
-        return current
-    for knob in space.knobs:
-        options = [current.with_setting(knob.name, value) for value in knob.alternatives()]
-        for option in options:
-            if option.key not in outcomes:
-                return option
-        current = _best([current, *options], outcomes, higher_is_better)
-    for variant in space.variants:
-        option = Candidate(current.settings, variant)
-        if option.key not in outcomes:
-            return option
-    return None
+    batch = next_batch(space, outcomes, higher_is_better)
+    return batch[0] if batch else None
 
 
 def leader(outcomes: Mapping[str, Outcome], higher_is_better: bool) -> Outcome | None:
