@@ -56,7 +56,7 @@ def tune(
     show: bool = typer.Option(False, "--show", help="Print the result kept here; measure nothing."),
     as_json: bool = typer.Option(False, "--json", help="The result as JSON on stdout."),
 ) -> None:
-    """Search the recipe's tune: space on this host for the objective, and keep the winner."""
+    """Search a recipe's tune: space on this host, measured; keep the winner."""
     from sm120.plan.request import plan_request
     from sm120.tune.present import result_lines
     from sm120.tune.runner import TuneInterrupted, TuneRequest, kept_result, run_tune

@@ -1,7 +1,8 @@
 """Resolve a recipe into an immutable launch plan.
 
 One resolution order, lowest first:
-  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < command line
+  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < tuned
+  (`sm120 tune`'s result for this host, deploy/tuned.py) < command line
 then values derived from the checkpoint (index_topk_pattern) are merged in, unless the command
 line already set them. Every arg and variable remembers which layer set it.
 """

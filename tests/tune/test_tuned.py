@@ -32,7 +32,10 @@ HERE = {
 
 
 def result(fingerprint: dict[str, Any], gain: bool = True) -> dict[str, Any]:
-    verdict = {"gain": gain, "change_pct": 212.5, "noise_pct": 3.1, "pairs": 3}
+    verdict = {
+        "gain": gain, "change_pct": 212.5, "noise_pct": 3.1, "pairs": 3,
+        "lowest_pct": 209.0, "highest_pct": 215.2, "why": "every one of 3 pairs favours the leader",
+    }  # fmt: skip
     return {
         "version": 1,
         "key": "tiny",
