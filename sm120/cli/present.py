@@ -114,7 +114,12 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
         while end < len(argv) and not argv[end].startswith("--"):
             end += 1
         text = shlex.join(argv[index:end])
-        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        name = token.removeprefix("--").removeprefix("no-")
+        # A tuned value is not the one the recipe's why-note explains.
+        tuned = plan.provenance.get(f"args.{name}") == "tuned"
+        lines.append(
+            (f"  {text}", "tuned on this host (sm120 tune)" if tuned else plan.why.get(name, ""))
+        )
         index = end
     return lines
 

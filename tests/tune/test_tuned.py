@@ -154,3 +154,13 @@ def test_an_explicit_set_beats_the_tuned_value(
     assert code == 0, err
     argv = json.loads(out)["argv"]
     assert argv[argv.index("--max-num-seqs") + 1] == "2"
+
+
+def test_the_dry_run_says_a_flag_was_tuned(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sm120.deploy.tuned as tuned
+
+    monkeypatch.setattr(tuned, "host_fingerprint", lambda plan: dict(HERE))
+    save_result(result(HERE))
+    code, out, err = invoke(cli, "launch", "tiny", "--dry-run")
+    assert code == 0, err
+    assert "--max-num-seqs 64  # tuned on this host (sm120 tune)" in out
