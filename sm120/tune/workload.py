@@ -160,34 +160,57 @@ def fitted(workload: Workload, limit: int) -> Workload:
 
 
 def read_replay(path: Path) -> Workload:
-    """A JSON-lines record of requests (docs/tune.md): `session`, `parts` (each `hash` and
-    `tokens`), `output_tokens`. Lines are sessions' turns in the order they arrived."""
+    """A JSON-lines record of requests: this module's own format (`session`, `parts` with
+    `hash` and `tokens`, `output_tokens`; docs/tune.md), or the gateway's request log
+    (docs/gateway.md), whose lengths are characters and are turned into tokens at the ratio
+    the log's own `prompt_tokens` give. Lines are sessions' turns in the order they arrived."""
     text = read_text_capped(path, REPLAY_MAX_BYTES, "the replay", "see docs/tune.md")
     by_session: dict[str, list[Turn]] = {}
+    characters = counted = 0
+    logged: list[Turn] = []  # the gateway's lines, in characters until the end
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        session, turn = _replay_line(line, f"{path}:{number}")
+        found = _replay_line(line, f"{path}:{number}")
+        if found is None:
+            continue
+        session, turn, prompt_tokens = found
         by_session.setdefault(session, []).append(turn)
+        if prompt_tokens is not None:
+            logged.append(turn)
+            characters += turn.prompt_tokens
+            counted += prompt_tokens
     if not by_session:
         raise TuneError(f"the replay {path} holds no requests", "record some first")
-    return Workload(f"replay:{path.name}", tuple(tuple(t) for t in by_session.values()))
+    # One ratio for the whole log, so equal parts stay equal tokens (shared prefixes).
+    ratio = counted / characters if characters else 1.0
+    scaled = {id(turn): _in_tokens(turn, ratio) for turn in logged}
+    sessions = tuple(tuple(scaled.get(id(t), t) for t in turns) for turns in by_session.values())
+    return Workload(f"replay:{path.name}", sessions)
 
 
-def _replay_line(line: str, where: str) -> tuple[str, Turn]:
+def _in_tokens(turn: Turn, ratio: float) -> Turn:
+    parts = tuple(Part(part.hash, max(1, round(part.tokens * ratio))) for part in turn.parts)
+    return Turn(parts, turn.output_tokens)
+
+
+def _replay_line(line: str, where: str) -> tuple[str, Turn, int | None] | None:
+    """(session, the turn, the engine's prompt tokens for a gateway log line, else None)."""
     try:
         data = json.loads(line)
     except ValueError:
         raise TuneError(f"{where}: not a JSON object", "one request per line") from None
     if not isinstance(data, dict):
         raise TuneError(f"{where}: not a JSON object", "one request per line")
+    if "parts" not in data and "messages" in data:
+        return _gateway_line(data, where)
     parts = data.get("parts")
     if not isinstance(parts, list) or not parts:
         raise TuneError(f"{where}: 'parts' must be a list of {{hash, tokens}}", "see docs/tune.md")
     output = data.get("output_tokens")
     if not isinstance(output, int) or not _count(output):
         raise TuneError(f"{where}: 'output_tokens' must be a positive integer", "see docs/tune.md")
-    return str(data.get("session", where)), Turn(tuple(_parts(parts, where)), output)
+    return str(data.get("session", where)), Turn(tuple(_parts(parts, where)), output), None
 
 
 def _parts(parts: list[Any], where: str) -> Iterator[Part]:
@@ -197,6 +220,37 @@ def _parts(parts: list[Any], where: str) -> Iterator[Part]:
                 f"{where}: each part needs 'hash' and a positive 'tokens'", "see docs/tune.md"
             )
         yield Part(str(part.get("hash", "")), int(part["tokens"]))
+
+
+def _gateway_line(data: dict[str, Any], where: str) -> tuple[str, Turn, int] | None:
+    """A line of the gateway's request log (`gateway start --request-log`, docs/gateway.md):
+    the system prompt, each tool and each message as a length in characters and a hash; the
+    parts keep both (the caller turns characters into tokens). A session is one key, one
+    model and the same first message, as `gateway analyze` groups them; refused or failed
+    requests (status not 200) and lines without the engine's prompt count are left out."""
+    if data.get("status", 200) != 200:
+        return None
+    prompt, output = data.get("prompt_tokens"), data.get("completion_tokens")
+    if not isinstance(prompt, int) or not _count(prompt):
+        return None  # no count from the engine: nothing to size the parts by
+    system = data.get("system") if isinstance(data.get("system"), dict) else {}
+    rows: list[tuple[str, int]] = []
+    if system and _count(system.get("len")):
+        rows.append((f"system:{system.get('hash')}", int(system["len"])))
+    for tool in data.get("tools") or []:
+        if isinstance(tool, list) and len(tool) >= 2 and _count(tool[0]):
+            rows.append((f"tool:{tool[1]}", tool[0]))
+    messages = [m for m in data.get("messages") or [] if isinstance(m, list) and len(m) >= 3]
+    for role, length, digest in (m[:3] for m in messages):
+        if _count(length):
+            rows.append((f"{role}:{digest}", length))
+    if not rows:
+        raise TuneError(f"{where}: a request log line with no system, tools or messages", "")
+    parts = tuple(Part(h, length) for h, length in rows)
+    first = messages[0][2] if messages else where
+    session = f"{data.get('key')}|{data.get('model')}|{first}"
+    tokens = output if isinstance(output, int) and _count(output) else 1
+    return session, Turn(parts, tokens), prompt
 
 
 def _count(value: Any) -> bool:

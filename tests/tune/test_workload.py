@@ -4,6 +4,7 @@ and the replay format is read strictly (one line of error, naming the line)."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,33 @@ def test_a_gain_needs_every_pair_to_agree() -> None:
     assert verdict([Pair(100, 150, True)], True)["gain"] is False  # one pair: no noise known
     # Lower is better (TTFT): 80 ms against 100 is +20%.
     assert verdict([Pair(100, 80, True), Pair(100, 82, False)], False)["change_pct"] == 19.0
+
+
+def test_the_gateways_request_log_replays_with_its_prefix_structure(tmp_path: Path) -> None:
+    """docs/gateway.md's request log (team's `gateway start --request-log`): lengths in
+    characters and hashes; one ratio from the log's own prompt_tokens makes them tokens."""
+
+    def line(messages: list[list[object]], prompt: int, status: int = 200) -> str:
+        return json.dumps({
+            "v": 1, "at": 1.0, "key": "ann", "model": "tiny", "protocol": "messages",
+            "status": status, "prompt_tokens": prompt, "cached_tokens": 0,
+            "completion_tokens": 42, "ttft_ms": 18.0,
+            "system": {"len": 4000, "hash": "3f2a", "lines": [[61, "9ab0", "billing"]]},
+            "tools": [[800, "a1b2"]],
+            "messages": messages,
+        })  # fmt: skip
+
+    first = [["user", 200, "5e6f"]]
+    second = [*first, ["assistant", 400, "1a2b"], ["user", 200, "77aa"]]
+    log = tmp_path / "requests.jsonl"
+    log.write_text(
+        "\n".join([line(first, 1250), line(second, 1400), line(second, 9, status=429)]) + "\n"
+    )
+    (session,) = build_workload(f"replay:{log}", 1, 8192).sessions
+    assert len(session) == 2  # the 429 is left out
+    one, two = session
+    # 2,650 tokens over 10,600 characters: a quarter of a token each.
+    assert [p.tokens for p in one.parts] == [1000, 200, 50]
+    assert two.parts[:3] == one.parts  # the second turn extends the first
+    assert [p.tokens for p in two.parts[3:]] == [100, 50]
+    assert one.output_tokens == 42
