@@ -631,7 +631,8 @@ class TuneRange(Strict):
 
 class Tune(Strict):
     """What `sm120 tune` may change: each knob is a `--set` key (an engine flag without dashes,
-    or a recipe key such as speculative.num_speculative_tokens) with the values to try."""
+    or a recipe key such as env.NCCL_P2P_DISABLE) with the values to try; speculative depth
+    is `speculative-config`, each value a whole config."""
 
     knobs: dict[str, tuple[TuneValue, ...] | TuneRange] = Field(
         default_factory=dict,
