@@ -277,8 +277,10 @@ class Search:
         per = self.candidate_estimate() or 0.0
         left = self.pairs_wanted - len(self.progress.pairs)
         if self.space.block.side_by_side:
+            # No launch: a pair is two measurements, and a candidate's time is its launch
+            # plus rounds + 1 of them; half of that share is a generous bound on one.
             return left * 2 * per / (self.request.rounds + 1) * 0.5
-        return left * 2 * per
+        return left * 2 * per  # each pair launches, warms and measures both
 
     def eta(self, left_candidates: int) -> float | None:
         per = self.candidate_estimate()
