@@ -23,6 +23,7 @@ from sm120.cli import (
     plan_cmd,
     recipes,
     service,
+    tune,
     validate,
     weights,
 )
@@ -72,6 +73,7 @@ evaluate.register(app)
 gateway.register(app)
 connect.register(app)
 dashboard.register(app)
+tune.register(app)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from sm120.core.net import http_url
 from sm120.deploy.checked import CheckedPlan, performance_document, protocols_document
+from sm120.deploy.tuned import tuned_summary
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
@@ -115,7 +116,12 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
         while end < len(argv) and not argv[end].startswith("--"):
             end += 1
         text = shlex.join(argv[index:end])
-        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        name = token.removeprefix("--").removeprefix("no-")
+        # A tuned value is not the one the recipe's why-note explains.
+        tuned = plan.provenance.get(f"args.{name}") == "tuned"
+        lines.append(
+            (f"  {text}", "tuned on this host (sm120 tune)" if tuned else plan.why.get(name, ""))
+        )
         index = end
     return lines
 
@@ -262,6 +268,21 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
         lines.append(
             f"suspect    the published figure is above the {bound}: check its source's "
             "conditions before taking it as a target"
+        )
+    return lines + tuned_lines(plan)
+
+
+def tuned_lines(plan: LaunchPlan) -> list[str]:
+    """`sm120 tune`'s result for this host, when one is kept (none: no line, no GPU read)."""
+    summary = tuned_summary(plan)
+    if summary is None:
+        return []
+    unit = summary["unit"] or ""
+    lines = [f"tuned      {summary['line']}"]
+    if summary["leader"] is not None and summary["default"] is not None:
+        lines.append(
+            f"           {summary['objective']}: {summary['leader']:,.1f} {unit} tuned, "
+            f"{summary['default']:,.1f} {unit} default (sm120 tune {plan.recipe} --show)"
         )
     return lines
 

@@ -14,6 +14,7 @@ from typing import Any
 from sm120.core.net import http_url
 from sm120.deploy.monitoring import monitor_files
 from sm120.deploy.status import describe
+from sm120.deploy.tuned import all_results, gain_text
 from sm120.engine.secrets import key_path, read_api_key
 from sm120.engine.state import (
     DeploymentState,
@@ -57,6 +58,26 @@ def snapshot(
         "deployments": deployments,
         "gateway": gateway,
         "gpus": _gpus(deployments),
+        "tuned": [tuned_row(document) for document in all_results()],
+    }
+
+
+def tuned_row(document: dict[str, Any]) -> dict[str, Any]:
+    """One `sm120 tune` result kept on this host, as the page's table shows it (read from the
+    file only: the GPUs are not read on every poll to compare fingerprints)."""
+    leader, default = document.get("leader") or {}, document.get("default") or {}
+    fingerprint = document.get("fingerprint") or {}
+    gpus = ", ".join(fingerprint.get("gpu_models") or ["CPU"])
+    return {
+        "key": document.get("key"),
+        "objective": document.get("objective_label"),
+        "unit": document.get("unit"),
+        "gain": gain_text(document),
+        "tuned": leader.get("value"),
+        "default": default.get("value"),
+        "settings": (document.get("winner") or {}).get("sets", []),
+        "when": iso_time(float(document.get("finished_at") or 0)),
+        "host": f"{fingerprint.get('gpu_count', 0)}x {gpus}, {fingerprint.get('engine_ref', '')}",
     }
 
 

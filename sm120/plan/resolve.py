@@ -1,7 +1,8 @@
 """Resolve a recipe into an immutable launch plan.
 
 One resolution order, lowest first:
-  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < command line
+  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < tuned
+  (`sm120 tune`'s result for this host, deploy/tuned.py) < command line
 then values derived from the checkpoint (index_topk_pattern) are merged in, unless the command
 line already set them. Every arg and variable remembers which layer set it.
 """
@@ -63,6 +64,9 @@ class PlanRequest:
     force: tuple[str, ...] = ()
     dotenv: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
+    # `sm120 tune`'s winning settings for this host (deploy/tuned.py), as --set texts: a
+    # layer of their own, under the command line's --set, so an explicit flag still wins.
+    tuned: tuple[str, ...] = ()
 
 
 # Images sm120 builds are tagged sm120/<recipe>:<image-hash>: one tag per image spec, so
@@ -529,6 +533,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         _apply_variant(work, name, recipe.variants[name])
     _apply_knobs(work, layers[0], ".env")
     _apply_knobs(work, layers[1], "environment")
+    _apply_knobs(work, KnobValues(sets=list(request.tuned)), "tuned")
     cli = KnobValues(
         model_dir=request.model_dir,
         port=request.port,

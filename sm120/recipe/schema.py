@@ -697,6 +697,65 @@ class Launcher(Strict):
     )
 
 
+TuneValue = Annotated[
+    str | int | float | bool | dict[str, Any] | None,
+    Field(description="One value a knob may take, as `--set KEY=VALUE` would give it."),
+]
+
+
+class TuneRange(Strict):
+    """A knob's values from `min` to `max`: each `factor` times the last, or `step` apart."""
+
+    min: float = Field(description="The first value tried.")
+    max: float = Field(description="The last value tried (included when the steps reach it).")
+    factor: float | None = Field(
+        None, gt=1, description="Each value this many times the one before (e.g. 2)."
+    )
+    step: float | None = Field(None, gt=0, description="Each value this much above the one before.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> TuneRange:
+        if (self.factor is None) == (self.step is None):
+            raise ValueError("a range takes factor or step, one of them")
+        if self.min > self.max:
+            raise ValueError(f"a range runs up: min {self.min:g} is above max {self.max:g}")
+        return self
+
+
+class Tune(Strict):
+    """What `sm120 tune` may change: each knob is a `--set` key (an engine flag without dashes,
+    or a recipe key such as env.NCCL_P2P_DISABLE) with the values to try; speculative depth
+    is `speculative-config`, each value a whole config."""
+
+    knobs: dict[str, tuple[TuneValue, ...] | TuneRange] = Field(
+        default_factory=dict,
+        description="Knob -> the values to try (a list, or a range); the plan's own value is "
+        "the default and always measured.",
+    )
+    variants: tuple[str, ...] = Field(
+        (), description="Recipe variants tried as candidates of their own, on top of the default."
+    )
+    objective: Literal["decode", "aggregate", "ttft", "turn"] = Field(
+        "aggregate", description="What `sm120 tune` optimises when --objective is not given."
+    )
+    workload: str = Field(
+        "chat", description="The workload when --workload is not given (chat, agent, long)."
+    )
+    concurrency: int = Field(
+        16, ge=1, le=4096, description="N of the aggregate objective (streams at once)."
+    )
+    pairs: int = Field(
+        3, ge=1, le=100, description="Alternating default/leader measurements at the end."
+    )
+    side_by_side: bool = Field(
+        False,
+        description="The default, the leader and one candidate fit on the GPUs together (a "
+        "fixed KV pool, weights well under a third of the memory): the search keeps the "
+        "default and the leader running and the pairs alternate requests between them instead "
+        "of relaunching each.",
+    )
+
+
 class Variant(Strict):
     description: str = Field(description="What the variant changes and when to pick it.")
     engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
@@ -730,6 +789,9 @@ class Variant(Strict):
     )
     launcher: Launcher | None = Field(
         None, description="Run the image's own entrypoint with these knobs (replaces the recipe's)."
+    )
+    tune: Tune | None = Field(
+        None, description="What `sm120 tune` searches for this variant (replaces the recipe's)."
     )
     seed: bool = Field(
         False,
@@ -791,6 +853,9 @@ class Recipe(Strict):
         None,
         description="Speculative decoding (vLLM): rendered into --speculative-config after the "
         "args; a recipe sets it here or as args.speculative-config, not both.",
+    )
+    tune: Tune | None = Field(
+        None, description="What `sm120 tune` may change, and how it measures (sm120 tune NAME)."
     )
     kv_tier: KvTier | None = Field(
         None,

@@ -59,6 +59,7 @@ _LEADING = {
     ("chat",): ["hi"],
     ("test",): ["core"],
     ("eval", "gsm8k"): [],
+    ("tune",): ["tiny"],
 }
 
 

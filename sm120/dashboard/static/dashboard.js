@@ -144,6 +144,19 @@ function drawGpus(gpus) {
   )));
 }
 
+function drawTuned(results) {
+  document.getElementById("no-tuned").hidden = results.length > 0;
+  document.querySelector("#tuned tbody").replaceChildren(...results.map((result) => el("tr", { "data-tuned": result.key },
+    el("td", {}, result.key),
+    el("td", {}, result.objective),
+    el("td", {}, number(result.tuned, 1, ` ${result.unit}`)),
+    el("td", {}, number(result.default, 1, ` ${result.unit}`)),
+    el("td", {}, result.gain),
+    el("td", {}, el("code", {}, result.settings.join(" ") || "the default")),
+    el("td", { title: result.host }, result.when),
+  )));
+}
+
 function drawAlerts(rows) {
   const alerts = rows.flatMap((row) => (row.alerts || []).map((alert) => ({ ...alert, deployment: row.name })));
   alerts.sort((a, b) => String(b.at).localeCompare(String(a.at)));
@@ -240,6 +253,7 @@ async function poll() {
   drawAlerts(data.deployments);
   drawThroughput(data);
   drawBench(data.deployments);
+  drawTuned(data.tuned || []);
   document.body.dataset.ready = "true";
 }
 
