@@ -77,13 +77,23 @@ def _kv_dtype(plan: LaunchPlan) -> str:
     return str(plan.arg("kv-cache-dtype") or "auto")
 
 
+def divisors(number: int) -> list[int]:
+    """The sizes that divide `number` evenly (TP 9: 1, 3, 9; TP 4: 1, 2, 4)."""
+    return [size for size in range(1, number + 1) if number % size == 0]
+
+
+def _listed(sizes: list[int]) -> str:
+    words = [str(size) for size in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
 @rule("S01", "error", "tensor parallel size divisible by decode context parallel size")
 def _tp_divisible_by_dcp(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    dcp = _int(plan, "decode-context-parallel-size", 1)
-    if _tp(plan) % dcp:
+    dcp, tp = _int(plan, "decode-context-parallel-size", 1), _tp(plan)
+    if tp >= 1 and dcp >= 1 and tp % dcp:
         yield (
-            f"tensor-parallel-size {_tp(plan)} is not divisible by "
-            f"decode-context-parallel-size {dcp}; pick a DCP that divides TP (1, 2 or 4 for TP 4)"
+            f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}; "
+            f"pick a DCP that divides TP ({_listed(divisors(tp))} for TP {tp})"
         )
 
 
@@ -254,6 +264,70 @@ def _dspark_dp_ep(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             "DeepSeek-V4-Flash-0731 with DSpark under data parallel + expert parallel fails "
             "its profile run (assert num_tokens_across_dp_cpu[dp_rank] == batchsize; "
             "vllm#56281); use --set data-parallel-size=1 (tensor parallel alone), or MTP"
+        )
+
+
+# MLA-family layers keep one latent KV head, so vLLM's GQA limits on DCP do not apply to them.
+_ONE_KV_HEAD = ("mla", "mla_sparse_dsa", "dsv4_compressed", "dsv41_ced")
+
+
+# S10 judges upstream releases only, as F30-F33 do: a fork may split heads unevenly (the
+# Kimi-K3 image serves 96 heads on TP 9, vLLM PR #843 of local-inference-lab/vllm).
+@rule("S10", "error", "attention heads split over tensor and decode context parallel as vLLM needs")
+def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dims = plan.model.dims
+    if plan.engine != "vllm" or dims is None or not dims.num_attention_heads or not _released(plan):
+        return
+    tp, dcp, heads = (
+        _tp(plan),
+        _int(plan, "decode-context-parallel-size", 1),
+        dims.num_attention_heads,
+    )
+    if tp < 1 or dcp < 1:
+        return  # S04 refuses the values themselves
+    if heads % tp:
+        fits = [size for size in divisors(heads) if size <= max(hw.gpus, tp)]
+        yield (
+            f"{heads} attention heads are not divisible by tensor-parallel-size {tp}: vLLM "
+            f"{plan.image.engine_version} refuses it at startup; use a TP that divides "
+            f"{heads} ({_listed(fits)})"
+        )
+    kv_heads = dims.num_key_value_heads or heads
+    if dcp > 1 and plan.model.attention not in _ONE_KV_HEAD:
+        most = tp // kv_heads
+        if dcp > most:
+            yield (
+                f"decode-context-parallel-size {dcp} needs tensor-parallel-size above the "
+                f"model's {kv_heads} KV heads and DCP at most TP / KV heads ({most} at TP {tp}): "
+                "vLLM refuses it at startup; set decode-context-parallel-size=1"
+            )
+        elif (heads // kv_heads) % dcp:
+            yield (
+                f"the model's {heads // kv_heads} query heads per KV head are not divisible by "
+                f"decode-context-parallel-size {dcp}: vLLM refuses it at startup; set "
+                "decode-context-parallel-size=1"
+            )
+
+
+_QWEN38_FLASH_NEXT = re.compile(r"Qwen3[._]?8[-_]?Flash[-_]?Next", re.IGNORECASE)
+
+
+@rule("F40", "error", "custom all-reduce captures into CUDA graphs at TP 2 on this engine")
+def _custom_all_reduce_capture(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    model = f"{plan.model.repo or ''} {plan.model.architecture}"
+    if (
+        plan.engine == "vllm"
+        and hw.is_sm12x
+        and _tp(plan) == 2
+        and _QWEN38_FLASH_NEXT.search(model)
+        and plan.arg("disable-custom-all-reduce") is not True
+        and plan.arg("enforce-eager") is not True
+        and _released(plan)
+    ):
+        yield (
+            f"vLLM {plan.image.engine_version}'s custom all-reduce fails during CUDA graph "
+            f"capture at TP 2 on {hw.arch} for Qwen3.8-Flash-Next (rtx6kpro "
+            "models/qwen38-flash-next.md); use --set disable-custom-all-reduce=true (NCCL)"
         )
 
 

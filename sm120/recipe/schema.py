@@ -210,12 +210,14 @@ class ModelSource(Strict):
         "dsv41_ced",
         "kda_dsa_hybrid",
         "gdn_hybrid",
+        "kda_mla_hybrid",
     ] = Field(
         description="Attention family; rules and the planner depend on it (e.g. F11, F14). "
         "dsv41_ced (DeepSeek-V4.1's encoder-decoder with cross-layer KV) and kda_dsa_hybrid "
         "(GLM-5.3's linear-attention KDA layers mixed with sparse DSA layers) and gdn_hybrid "
-        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) have no KV "
-        "model in the planner yet."
+        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) and "
+        "kda_mla_hybrid (Kimi-K3's linear-attention KDA layers mixed with MLA layers) have no "
+        "KV model in the planner yet."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, ge=0, description="Size on disk in GB, for disk checks.")
