@@ -23,6 +23,7 @@ DSV41_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv41-resolved.cmd").read_text()
 DSV4_DSPARK_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv4-dspark-resolved.cmd").read_text()
 QWEN38_SOURCE = (DATA_DIR / "karmic-kraken" / "qwen38flash-resolved.cmd").read_text()
 GLM53_SOURCE = (DATA_DIR / "karmic-kraken" / "glm53flash-resolved.cmd").read_text()
+DSV4_VISION_SOURCE = (DATA_DIR / "karmic-kraken" / "dsv4vision-resolved.cmd").read_text()
 
 
 def _flags(argv: list[str]) -> list[str]:
@@ -50,6 +51,7 @@ def _canonical(tokens: list[str]) -> list[str]:
         ("glm53flash", "seed", GLM53_SOURCE),
         ("qwen38flash", "seed", QWEN38_SOURCE),
         ("dsv4", "dspark", DSV4_DSPARK_SOURCE),
+        ("dsv4vision", "seed", DSV4_VISION_SOURCE),
     ],
 )
 def test_variant_renders_the_sources_command_flag_for_flag(
@@ -74,6 +76,13 @@ def test_dsv4_default_is_still_the_pr41834_stack() -> None:
 
 def test_glm53_default_is_the_sources_command() -> None:
     assert argv_of("glm53flash") == argv_of("glm53flash", "seed")
+
+
+def test_dsv4vision_default_is_the_sources_command_at_its_revision() -> None:
+    argv = argv_of("dsv4vision")
+    assert argv == argv_of("dsv4vision", "seed")
+    assert argv[argv.index("--model") + 1] == "deepseek-ai/DeepSeek-V4-Flash-Vision-Exp"
+    assert argv[argv.index("--revision") + 1] == "6821d6ad3681a4b137b066b76094fa82ebd0a380"
 
 
 def test_dsv41_default_differs_from_the_source_only_where_the_measurement_did() -> None:
@@ -108,6 +117,7 @@ def test_int_list_flag_renders_one_argument_per_size() -> None:
         ("glm53flash", None, 255.71, 4),
         ("qwen38flash", None, 178.52, 1),
         ("dsv4", "dspark", 205.54, 2),
+        ("dsv4vision", None, 188.73, 2),
     ],
 )
 def test_published_decode_is_the_karmic_kraken_c1_figure(
@@ -120,7 +130,7 @@ def test_published_decode_is_the_karmic_kraken_c1_figure(
     assert plan.hardware.gpus == gpus
 
 
-@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash", "qwen38flash"])
+@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash", "qwen38flash", "dsv4vision", "kimik3"])
 def test_plan_says_it_has_no_dimensions_for_these_models(recipe: str, cli: CliRunner) -> None:
     code, _, err = invoke(cli, "plan", recipe, "--gpus", "4")
     assert code == 2

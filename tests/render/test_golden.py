@@ -39,6 +39,10 @@ CASES = [
     ("glm53flash", ("seed",)),
     ("qwen38flash", ()),
     ("qwen38flash", ("seed",)),
+    ("dsv4vision", ()),
+    ("dsv4vision", ("seed",)),
+    ("kimik3", ()),
+    ("kimik3", ("seed",)),
     ("tiny", ()),
 ]
 
