@@ -293,7 +293,15 @@ def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             f"{heads} ({_listed(fits)})"
         )
     kv_heads = dims.num_key_value_heads or heads
-    if dcp > 1 and plan.model.attention not in _ONE_KV_HEAD:
+    grouped = plan.model.attention not in _ONE_KV_HEAD
+    # vLLM's attention layers assert this as they are built (glm4_moe.py, deepseek_v2.py)
+    if grouped and not heads % tp and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        yield (
+            f"the model's {kv_heads} KV heads do not split over tensor-parallel-size {tp} "
+            f"(vLLM needs one to divide the other): the model fails to load; use a TP that "
+            f"divides {heads} and divides or is a multiple of {kv_heads}"
+        )
+    if dcp > 1 and grouped:
         most = tp // kv_heads
         if dcp > most:
             yield (

@@ -72,9 +72,19 @@ def test_s10_refuses_tp_that_does_not_divide_the_heads_on_an_upstream_release() 
     )
 
 
-def test_s10_passes_tp_3_and_tp_8_which_divide_96_heads() -> None:
-    assert _status("glm47", "S10", "tensor-parallel-size=3") == "pass"
-    assert _status("glm47", "S10", "tensor-parallel-size=8") == "pass"
+def test_s10_refuses_tp_that_divides_the_heads_but_not_the_kv_heads() -> None:
+    # 96 heads split over 6, the 8 KV heads do not (vLLM asserts it as the layers are built)
+    message = failed("glm47", "S10", "tensor-parallel-size=6", hardware=NINE)
+    assert message == (
+        "the model's 8 KV heads do not split over tensor-parallel-size 6 (vLLM needs one to "
+        "divide the other): the model fails to load; use a TP that divides 96 and divides or "
+        "is a multiple of 8"
+    )
+
+
+def test_s10_passes_tps_that_split_heads_and_kv_heads() -> None:
+    for tp in (1, 2, 4, 8):
+        assert _status("glm47", "S10", f"tensor-parallel-size={tp}") == "pass", tp
 
 
 def test_s10_refuses_gqa_dcp_that_vllm_refuses() -> None:
@@ -120,6 +130,16 @@ def test_f40_custom_all_reduce_at_tp2_on_the_preview_image_is_refused() -> None:
 )
 def test_f40_does_not_fire_where_it_does_not_hold(change: str) -> None:
     assert _status("qwen38flash", "F40", *PREVIEW, change, hardware=SM120_X2) == "pass"
+
+
+def test_f40_guards_the_tp2_fp8_variant_that_drops_the_fix() -> None:
+    assert _status("qwen38flash", "F40", hardware=SM120_X2) == "pass"  # TP 1 default
+    checked = results("qwen38flash", "tp2-fp8", hardware=SM120_X2)
+    assert checked["F40"].status == "pass"  # type: ignore[attr-defined]
+    dropped = results(
+        "qwen38flash", "tp2-fp8", sets=("disable-custom-all-reduce=false",), hardware=SM120_X2
+    )
+    assert dropped["F40"].status == "fail"  # type: ignore[attr-defined]
 
 
 def test_f40_holds_on_sm120_only_and_for_this_model_only() -> None:

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from sm120.core.errors import PlanError
 from sm120.recipe.catalogue import coerce_flag_value, engine_flags
 from sm120.recipe.loader import load_recipe
+from sm120.render.argv import render_argv
+from sm120.render.compose import render_compose_service
 from tests.helpers import DATA_DIR, argv_of, invoke, one_line_error, plan_for
 
 # The resolved vLLM commands the sources print (tests/data/karmic-kraken/SOURCES.md says
@@ -76,6 +78,25 @@ def test_dsv4_default_is_still_the_pr41834_stack() -> None:
 
 def test_glm53_default_is_the_sources_command() -> None:
     assert argv_of("glm53flash") == argv_of("glm53flash", "seed")
+
+
+def test_qwen38_tp2_fp8_renders_the_compose_command_and_adds_sys_ptrace() -> None:
+    source = (DATA_DIR / "qwen38-flash-next" / "fp8-tp2.cmd").read_text()
+    plan = plan_for("qwen38flash", "tp2-fp8").plan
+    argv = render_argv(plan)
+    assert _canonical(_flags(argv)) == _canonical(shlex.split(source))
+    assert argv[argv.index("--model") + 1] == "Qwen/Qwen3.8-Flash-Next-FP8"
+    assert plan.base_image_ref == (
+        "vllm/vllm-openai:qwen38-flash-next"
+        "@sha256:fc120ece0a388cc0aa1caad4a9f1cd92113484ab7ec2fd0efadd62585be05bf8"
+    )
+    assert render_compose_service(plan)["cap_add"] == ["SYS_PTRACE"]
+    assert plan.published is None  # boot-only: the page publishes no TP 2 speed
+
+
+def test_no_other_plan_asks_for_a_capability() -> None:
+    assert "cap_add" not in render_compose_service(plan_for("qwen38flash").plan)
+    assert "cap_add" not in render_compose_service(plan_for("kimik3").plan)
 
 
 def test_dsv4vision_default_is_the_sources_command_at_its_revision() -> None:
