@@ -5,13 +5,19 @@ TP does not divide, DCP beyond what vLLM allows), each with the message the user
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from sm120.deploy import placement
 from sm120.deploy.placement import PlacementError, check_gpus_exist, placed_hardware
+from sm120.doctor.capture import read_captured
+from sm120.doctor.p2p import P2PReport, StepResult
+from sm120.doctor.p2p_gate import decide_p2p
+from sm120.doctor.p2p_live import plan_gpus
 from sm120.plan.hardware import Hardware
+from sm120.plan.resolve import PlanRequest, resolve
 from sm120.plan.rules import divisors
 from tests.helpers import DATA_DIR, invoke
 from tests.plan.test_rules import SM120_X2, failed, results
@@ -191,3 +197,48 @@ def test_doctor_reads_nine_gpus_and_their_36_pcie_pairs(cli: CliRunner) -> None:
     # only the link maxima were captured: no claim about the links as they are
     assert "pcie-links" not in out
     assert "nothing blocks" in out
+
+
+# --- three nodes of three GPUs -----------------------------------------------------------------
+
+
+def test_nine_ranks_over_three_nodes_of_three_gpus(cli: CliRunner) -> None:
+    code, out, _ = invoke(
+        cli,
+        *("launch", "glm52", "-V", "gb10x6-ray", "--dry-run", "--arch", "sm_121", "--gpus", "3"),
+        *("--nodes", "10.0.0.1,10.0.0.2,10.0.0.3"),
+        *("--set", "multinode.nodes=3", "--set", "multinode.gpus_per_node=3"),
+        *("--set", "multinode.tensor_parallel=9", "--set", "multinode.pipeline_parallel=1"),
+    )
+    assert "--tensor-parallel-size 9" in out
+    assert out.count("--num-gpus=3 --block") == 3  # one head, two workers
+    assert "node2 worker 10.0.0.3" in out
+    assert "S02" not in [line.split()[1] for line in out.splitlines() if "FAIL" in line]
+    assert code == 0, out
+
+
+# --- the launch's P2P gate on nine GPUs --------------------------------------------------------
+
+
+def test_the_p2p_gate_probes_all_nine_gpus_of_the_plan(tmp_path: Path) -> None:
+    snapshot, _ = read_captured(NINE_BOX)
+    assert snapshot.topology is not None and len(snapshot.topology.devices) == 9
+    gpus = plan_gpus(resolve(PlanRequest(recipe="kimik3")))
+    assert gpus == tuple(range(9))
+    worlds: list[int] = []
+
+    def probe() -> P2PReport:
+        worlds.append(len(gpus))
+        step = StepResult("copy GPU7->GPU8", False, 30.0, True, "no answer within 30 s (hung)")
+        return P2PReport(world=9, backend="nccl", steps=[step])
+
+    decision = decide_p2p(
+        gpus=gpus,
+        topology=snapshot.topology,
+        plan_env={},
+        boot_id="boot-1",
+        probe=probe,
+        cache_file=tmp_path / "p2p.json",
+    )
+    assert worlds == [9]
+    assert decision.env == {"NCCL_P2P_DISABLE": "1"}
