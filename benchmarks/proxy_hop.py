@@ -5,7 +5,10 @@ ways, in rotation, from a plain blocking socket: straight, through `python -m sm
 application listening alone, as the gateway did before the front. The difference in time to
 the first event is what each adds to a first token.
 
-    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32]
+    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32] [--baseline TREE]
+
+`--baseline TREE` adds a fourth side in the same rotation: the gateway of another checkout
+(e.g. main before a change to the front), so a change's cost is measured side by side.
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -100,7 +103,7 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, float]:
 
 
 def connect(port: int) -> socket.socket:
-    for _ in range(200):
+    for _ in range(1200):  # a minute: a gateway's start on a loaded machine takes seconds
         try:
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -151,9 +154,11 @@ def main() -> None:
     # moves its own noise into the figure.
     parser.add_argument("--prefill-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--baseline", type=Path, help="another checkout's gateway, side by side")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm120-proxy-hop-"))
     engine_port, gateway_port, alone_port = free_port(), free_port(), free_port()
+    baseline_port = free_port()
     (work / "engine_key").write_text("engine-key\n")
     (work / "gateway_key").write_text(KEY + "\n")
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
@@ -167,12 +172,19 @@ def main() -> None:
              str(work / "gateway_key"), str(alone_port)]  # fmt: skip
     argvs = (engine, gateway_argv(work, gateway_port), alone)
     processes = [subprocess.Popen(argv, env=env) for argv in argvs]
+    if args.baseline is not None:
+        baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve()),
+                        "SM120_HOME": str(work / "baseline-home")}  # fmt: skip
+        baseline_argv = gateway_argv(work, baseline_port)
+        processes.append(subprocess.Popen(baseline_argv, env=baseline_env, cwd=args.baseline))
     try:
         sides = {
             "direct": (connect(engine_port), request_bytes("engine-key")),
             "gateway": (connect(gateway_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
         }
+        if args.baseline is not None:
+            sides["baseline gateway"] = (connect(baseline_port), request_bytes(KEY))
         for sock, request in sides.values():
             for _ in range(20):  # unmeasured: pools, caches and the CPU's clocks warm
                 one(sock, request)
@@ -180,7 +192,8 @@ def main() -> None:
         names = list(sides)
         for index in range(args.pairs):
             # Each side goes first, second and last equally often.
-            for side in names[index % 3 :] + names[: index % 3]:
+            turn = index % len(names)
+            for side in names[turn:] + names[:turn]:
                 samples[side].append(one(*sides[side]))
     finally:
         for process in processes:
@@ -193,7 +206,7 @@ def main() -> None:
         "first_event_ms": {side: round(v * 1000, 3) for side, v in first.items()},
         "whole_stream_ms": {side: round(v * 1000, 3) for side, v in whole.items()},
     }  # fmt: skip
-    for side in ("gateway", "application alone"):
+    for side in [name for name in sides if name != "direct"]:
         report[f"{side} adds to the first event, ms"] = round(
             (first[side] - first["direct"]) * 1000, 3
         )

@@ -50,13 +50,18 @@ def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Resp
     return web.json_response(_error_body(status, message, kind, **extra), status=status)
 
 
-def error_bytes(status: int, message: str, kind: str, **extra: Any) -> bytes:
+def error_bytes(
+    status: int, message: str, kind: str, *, close: bool = False, **extra: Any
+) -> bytes:
     """The same error as `openai_error`, as a whole HTTP/1.1 answer for the gateway's fast
-    path (sm120.gateway.front), which writes bytes, not aiohttp responses."""
+    path (sm120.gateway.front), which writes bytes, not aiohttp responses. `close`: the
+    connection ends after it, and the answer says so."""
     body = json.dumps(_error_body(status, message, kind, **extra)).encode()
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        + ("Connection: close\r\n" if close else "")
+        + "\r\n"
     )
     return head.encode() + body
 

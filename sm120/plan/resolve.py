@@ -207,8 +207,18 @@ def _start(recipe: Recipe) -> _Work:
     return work
 
 
+def _keep_dims(work: _Work, previous: dict[str, Any]) -> None:
+    """A variant's other checkpoint of the same architecture class keeps the planner's model
+    dimensions (a -0731 release of DeepSeek-V4-Flash has the same layers); one of another
+    architecture must bring its own. The resident size is the checkpoint's and is not kept."""
+    same = previous.get("architecture") == work.model.get("architecture")
+    if same and previous.get("dims") is not None:
+        work.model["dims"] = previous["dims"]
+
+
 def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
     layer = f"variant {name}"
+    previous_model = work.model
     if variant.engine:
         work.engine = variant.engine
     if variant.replace_args:
@@ -219,6 +229,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         replacement = getattr(variant, section)
         if replacement is not None:
             setattr(work, section, replacement.model_dump())
+    if variant.model is not None and variant.model.dims is None:
+        _keep_dims(work, previous_model)
     for key, value in variant.args.items():
         work.set_arg(key, copy.deepcopy(value), layer)
     for key, env_value in variant.env.items():

@@ -267,8 +267,16 @@ def _dspark_dp_ep(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
-# MLA-family layers keep one latent KV head, so vLLM's GQA limits on DCP do not apply to them.
-_ONE_KV_HEAD = ("mla", "mla_sparse_dsa", "dsv4_compressed", "dsv41_ced")
+# MLA-family attention layers keep one latent KV head (vLLM's use_mla), so its GQA limits on
+# DCP and KV-head splits do not apply; the KDA hybrids' attention layers are MLA (Kimi) or DSA.
+_ONE_KV_HEAD = (
+    "mla",
+    "mla_sparse_dsa",
+    "dsv4_compressed",
+    "dsv41_ced",
+    "kda_mla_hybrid",
+    "kda_dsa_hybrid",
+)
 
 
 # S10 judges upstream releases only, as F30-F33 do: a fork may split heads unevenly (the

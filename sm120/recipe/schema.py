@@ -93,7 +93,7 @@ class ModelDims(Strict):
         None, gt=0, description="config.json kv_lora_rank: the MLA latent width."
     )
     qk_rope_head_dim: int | None = Field(
-        None, gt=0, description="config.json qk_rope_head_dim: the MLA rotary part."
+        None, ge=0, description="config.json qk_rope_head_dim: the MLA rotary part (GLM-5.3: 0)."
     )
     index_head_dim: int | None = Field(
         None, gt=0, description="config.json index_head_dim: the sparse-attention indexer key."
@@ -176,6 +176,59 @@ class ModelDims(Strict):
     index_n_heads: int | None = Field(
         None, gt=0, description="config.json index_n_heads: the sparse-attention indexer's heads."
     )
+    # Hybrid linear-attention models: recurrent layers keep a fixed state per sequence.
+    linear_attention: Literal["gdn", "kda"] | None = Field(
+        None,
+        description="Recurrent layer kind: gdn (Gated DeltaNet: Qwen3-Next, Qwen3.8-Flash-Next) "
+        "or kda (Kimi Delta Attention: Kimi-Linear, Kimi-K3, GLM-5.3-Flash).",
+    )
+    linear_layers: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_LAYERS,
+        description="How many of num_hidden_layers are recurrent (config.json layer_types or "
+        "linear_attn_config.kda_layers); the rest are attention layers with per-token KV.",
+    )
+    linear_num_key_heads: int | None = Field(
+        None,
+        gt=0,
+        description="config.json linear_num_key_heads (KDA: linear_attn_config.num_heads).",
+    )
+    linear_num_value_heads: int | None = Field(
+        None, gt=0, description="config.json linear_num_value_heads (KDA: num_heads)."
+    )
+    linear_key_head_dim: int | None = Field(
+        None,
+        gt=0,
+        description="config.json linear_key_head_dim (KDA: linear_attn_config.head_dim).",
+    )
+    linear_value_head_dim: int | None = Field(
+        None, gt=0, description="config.json linear_value_head_dim (KDA: head_dim)."
+    )
+    linear_conv_kernel_dim: int | None = Field(
+        None, gt=0, description="config.json linear_conv_kernel_dim (KDA: short_conv_kernel_size)."
+    )
+    mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
+        None,
+        description="config.json mamba_ssm_dtype: the recurrent state's dtype when "
+        "--mamba-ssm-cache-dtype is auto (else the model dtype).",
+    )
+    index_compress_ratio: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per stored indexer key on the attention layers (config.json "
+        "indexer_compress_ratio, GLM-5.3's index_kpool); unset: one key per token.",
+    )
+    kv_source_layer_ids: tuple[int, ...] | None = Field(
+        None,
+        description="config.json kv_source_layer_ids (DeepSeek-V4.1): the layers that store "
+        "compressed KV; the others read a source layer's.",
+    )
+    index_source_layer_ids: tuple[int, ...] | None = Field(
+        None,
+        description="config.json index_source_layer_ids (DeepSeek-V4.1): the layers that store "
+        "indexer keys.",
+    )
     quantized: Literal["experts", "all_linear"] = Field(
         "experts",
         description="Which weights the checkpoint stores at its quantization's width: 'experts' "
@@ -209,15 +262,14 @@ class ModelSource(Strict):
         "dsv4_compressed",
         "dsv41_ced",
         "kda_dsa_hybrid",
-        "gdn_hybrid",
         "kda_mla_hybrid",
+        "gdn_hybrid",
     ] = Field(
         description="Attention family; rules and the planner depend on it (e.g. F11, F14). "
-        "dsv41_ced (DeepSeek-V4.1's encoder-decoder with cross-layer KV) and kda_dsa_hybrid "
-        "(GLM-5.3's linear-attention KDA layers mixed with sparse DSA layers) and gdn_hybrid "
-        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) and "
-        "kda_mla_hybrid (Kimi-K3's linear-attention KDA layers mixed with MLA layers) have no "
-        "KV model in the planner yet."
+        "dsv41_ced: DeepSeek-V4.1 (compressed KV on its kv_source_layer_ids, read by the other "
+        "layers); kda_dsa_hybrid: GLM-5.3's KDA layers mixed with sparse DSA layers; "
+        "kda_mla_hybrid: Kimi-Linear / Kimi-K3 (KDA layers mixed with MLA); gdn_hybrid: "
+        "Gated DeltaNet layers mixed with full attention (Qwen3-Next, Qwen3.8-Flash-Next)."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, ge=0, description="Size on disk in GB, for disk checks.")

@@ -155,16 +155,19 @@ def test_a_plain_stream_takes_the_fast_path_byte_for_byte_on_one_engine_socket()
 
 
 @pytest.mark.parametrize(
-    ("raw", "status"),
+    ("raw", "status", "handed_over"),
     [
-        (request(CHAT, key="wrong"), 401),
-        (request({**CHAT, "model": "nope"}), 404),
-        (request(b"{not json"), 400),
-        (b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n", 200),
-        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nX: a\nY: b\r\n\r\n", 400),
+        (request(CHAT, key="wrong"), 401, 1),
+        (request({**CHAT, "model": "nope"}), 404, 1),
+        (request(b"{not json"), 400, 1),
+        (b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n", 200, 1),
+        # Malformed: the front's own parser answers it; nothing reaches the application.
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nX: a\nY: b\r\n\r\n", 400, 0),
     ],
 )
-def test_what_the_fast_path_does_not_take_the_application_answers(raw: bytes, status: int) -> None:
+def test_what_the_fast_path_does_not_take_the_application_answers(
+    raw: bytes, status: int, handed_over: int
+) -> None:
     async def scenario() -> tuple[bytes, Front]:
         async with gateway(Engine()) as the_front:
             reader, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
@@ -175,7 +178,7 @@ def test_what_the_fast_path_does_not_take_the_application_answers(raw: bytes, st
 
     head, the_front = run(scenario())
     assert head.split(b" ")[1] == b"%d" % status, head
-    assert (the_front.counts.answered, the_front.counts.handed_over) == (0, 1)
+    assert (the_front.counts.answered, the_front.counts.handed_over) == (0, handed_over)
 
 
 def test_a_chunked_body_and_expect_continue_are_handed_over_and_served() -> None:

@@ -151,11 +151,26 @@ def test_published_decode_is_the_karmic_kraken_c1_figure(
     assert plan.hardware.gpus == gpus
 
 
-@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash", "qwen38flash", "dsv4vision", "kimik3"])
-def test_plan_says_it_has_no_dimensions_for_these_models(recipe: str, cli: CliRunner) -> None:
-    code, _, err = invoke(cli, "plan", recipe, "--gpus", "4")
+@pytest.mark.parametrize(
+    ("recipe", "layout"),
+    [
+        ("dsv41", "4 KV source layers x 584 B per stored token"),
+        ("glm53flash", "34 recurrent layers"),
+        ("qwen38flash", "36 recurrent layers"),
+    ],
+)
+def test_these_models_have_a_kv_layout_but_no_published_weight_size(
+    recipe: str, layout: str, cli: CliRunner
+) -> None:
+    code, _, err = invoke(cli, "plan", recipe, "--gpus", "4", "--set", "kv-cache-memory-bytes=null")
     assert code == 2
-    assert "no model dimensions" in one_line_error(err)
+    assert one_line_error(err) == (
+        "Error: the resident weight size is unknown: the recipe has no model.weights_gib "
+        "(hint: pass --model-dir with the weights, or --kv-memory-gib)"
+    )
+    code, out, err = invoke(cli, "plan", recipe, "--gpus", "4", "--kv-memory-gib", "20", "--json")
+    assert code == 0, err
+    assert layout in json.loads(out)["kv_layout"]
 
 
 @pytest.mark.parametrize(("value", "passes"), [(-1, True), (0, False), (-2, False)])

@@ -186,7 +186,8 @@ def decode_roofline(plan: LaunchPlan, context: int = ROOFLINE_CONTEXT_TOKENS) ->
             f"no memory bandwidth is known for '{gpu_model}'",
             "add memory_bandwidth_gbs with its source to sm120/data/gpus.yaml",
         )
-    dims = load_dims(plan.model.dims, plan.model.weights_gib, None)
+    model = plan.model
+    dims = load_dims(model.dims, model.weights_gib, None, model.repo, model.architecture)
     tp, dcp = planned_layout(plan)
     counted = _counted_bytes(dims, plan.model.quantization)
     if counted is not None:
