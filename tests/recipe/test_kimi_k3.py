@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shlex
 
-import pytest
 from typer.testing import CliRunner
 
 from sm120.plan.hardware import Hardware
@@ -65,7 +64,7 @@ def test_published_figures_and_pins() -> None:
 
 
 def test_the_config_copy_is_kimi_k3s_shape() -> None:
-    config = json.loads((DATA_DIR / "kimi-k3" / "config.json").read_text())
+    config = json.loads((DATA_DIR / "model_configs" / "kimi-k3.json").read_text())
     text = config["text_config"]
     assert config["architectures"] == [load_recipe("kimik3").model.architecture]
     layers = text["linear_attn_config"]
@@ -86,17 +85,19 @@ def test_every_error_rule_passes_on_nine_sm120_gpus() -> None:
     assert warned == {"F10"}  # P2P on, as the source runs it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sm120/plan/fit/memory.py layout_for refuses a TP that does not divide the heads on "
-    "every engine build (the Kimi-K3 fork splits 96 heads over 9) before the KV layout is "
-    "asked; plan/fit is the kvlayouts helper's to change (rule S10 shows the scoping)",
-)
-def test_plan_reads_the_config_copy_and_stops_only_at_the_missing_kv_layout(
-    cli: CliRunner,
-) -> None:
-    code, _, err = invoke(
-        cli, "plan", "kimik3", "--gpus", "9", "--model-dir", str(DATA_DIR / "kimi-k3")
-    )
+def test_plan_on_nine_gpus_tries_the_dcps_that_divide_tp_9(cli: CliRunner) -> None:
+    code, out, err = invoke(cli, "plan", "kimik3", "--gpus", "9", "--kv-memory-gib", "20", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert (plan["tp"], plan["dcp"], plan["gpus"]) == (9, 9, 9)
+    assert [(o["tp"], o["dcp"]) for o in plan["alternatives"]] == [(9, 1), (9, 3), (9, 9)]
+    assert (plan["recommendation"]["tp"], plan["recommendation"]["dcp"]) == (9, 9)
+
+
+def test_plan_without_a_kv_budget_says_what_it_lacks(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", "kimik3", "--gpus", "9")
     assert code == 2
-    assert "'kda_mla_hybrid' has no KV model in the planner yet" in one_line_error(err)
+    assert one_line_error(err) == (
+        "Error: the resident weight size is unknown: the recipe has no model.weights_gib "
+        "(hint: pass --model-dir with the weights, or --kv-memory-gib)"
+    )
