@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from sm120.core.suggest import did_you_mean
 from sm120.logs.failures import load_catalogue
-from sm120.plan.hardware import Hardware
+from sm120.plan.hardware import Hardware, divisors, spelled
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
 from sm120.recipe.kv_tiers import tier_refusal
@@ -77,23 +77,13 @@ def _kv_dtype(plan: LaunchPlan) -> str:
     return str(plan.arg("kv-cache-dtype") or "auto")
 
 
-def divisors(number: int) -> list[int]:
-    """The sizes that divide `number` evenly (TP 9: 1, 3, 9; TP 4: 1, 2, 4)."""
-    return [size for size in range(1, number + 1) if number % size == 0]
-
-
-def _listed(sizes: list[int]) -> str:
-    words = [str(size) for size in sizes]
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
-
-
 @rule("S01", "error", "tensor parallel size divisible by decode context parallel size")
 def _tp_divisible_by_dcp(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     dcp, tp = _int(plan, "decode-context-parallel-size", 1), _tp(plan)
     if tp >= 1 and dcp >= 1 and tp % dcp:
         yield (
             f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}; "
-            f"pick a DCP that divides TP ({_listed(divisors(tp))} for TP {tp})"
+            f"pick a DCP that divides TP ({spelled(divisors(tp))} for TP {tp})"
         )
 
 
@@ -298,7 +288,7 @@ def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         yield (
             f"{heads} attention heads are not divisible by tensor-parallel-size {tp}: vLLM "
             f"{plan.image.engine_version} refuses it at startup; use a TP that divides "
-            f"{heads} ({_listed(fits)})"
+            f"{heads} ({spelled(fits)})"
         )
     kv_heads = dims.num_key_value_heads or heads
     grouped = plan.model.attention not in _ONE_KV_HEAD

@@ -16,10 +16,9 @@ from sm120.doctor.capture import read_captured
 from sm120.doctor.p2p import P2PReport, StepResult
 from sm120.doctor.p2p_gate import decide_p2p
 from sm120.doctor.p2p_live import plan_gpus
-from sm120.plan.hardware import Hardware
+from sm120.plan.hardware import Hardware, divisors
 from sm120.plan.resolve import PlanRequest, resolve
-from sm120.plan.rules import divisors
-from tests.helpers import DATA_DIR, invoke
+from tests.helpers import DATA_DIR, invoke, one_line_error
 from tests.plan.test_rules import SM120_X2, failed, results
 
 NINE = Hardware(gpus=9, arch="sm_120", source="declared")
@@ -242,3 +241,27 @@ def test_the_p2p_gate_probes_all_nine_gpus_of_the_plan(tmp_path: Path) -> None:
     )
     assert worlds == [9]
     assert decision.env == {"NCCL_P2P_DISABLE": "1"}
+
+
+# --- sm120 plan's own refusals name the sizes that fit -----------------------------------------
+
+
+def test_plan_names_the_head_counts_divisors_not_powers_of_two(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", "tiny", "--gpus", "9", "--set", "tensor-parallel-size=3")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: tensor-parallel-size 3 does not divide the model's 4 attention heads "
+        "(hint: use a TP that divides the head count (1, 2 or 4))",
+    )
+
+
+def test_plan_names_the_dcps_that_divide_tp_9(cli: CliRunner) -> None:
+    code, _, err = invoke(
+        cli, "plan", "kimik3", "--gpus", "9", "--kv-memory-gib", "20",
+        "--set", "decode-context-parallel-size=2",
+    )  # fmt: skip
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: tensor-parallel-size 9 is not divisible by decode-context-parallel-size 2 "
+        "(hint: pick a DCP that divides TP (1, 3 or 9 for TP 9))",
+    )
