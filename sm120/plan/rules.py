@@ -318,7 +318,7 @@ def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 _QWEN38_FLASH_NEXT = re.compile(r"Qwen3[._]?8[-_]?Flash[-_]?Next", re.IGNORECASE)
 
 
-@rule("F40", "error", "custom all-reduce captures into CUDA graphs at TP 2 on this engine")
+@rule("F35", "error", "custom all-reduce captures into CUDA graphs at TP 2 on this engine")
 def _custom_all_reduce_capture(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     model = f"{plan.model.repo or ''} {plan.model.architecture}"
     if (

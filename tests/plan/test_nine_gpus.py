@@ -110,13 +110,13 @@ def test_s10_passes_mla_dcp_and_fork_builds() -> None:
     assert _status("glm47", "S10", *fork) == "pass"
 
 
-# --- F40: custom all-reduce in graph capture at TP 2 (Qwen3.8-Flash-Next preview image) -------
+# --- F35: custom all-reduce in graph capture at TP 2 (Qwen3.8-Flash-Next preview image) -------
 
 PREVIEW = ("image.engine_version=0.1.dev20073+g8e685d198", "tensor-parallel-size=2")
 
 
 def test_f40_custom_all_reduce_at_tp2_on_the_preview_image_is_refused() -> None:
-    message = failed("qwen38flash", "F40", *PREVIEW, hardware=SM120_X2)
+    message = failed("qwen38flash", "F35", *PREVIEW, hardware=SM120_X2)
     assert message == (
         "vLLM 0.1.dev20073+g8e685d198's custom all-reduce fails during CUDA graph capture at "
         "TP 2 on sm_120 for Qwen3.8-Flash-Next (rtx6kpro models/qwen38-flash-next.md); use "
@@ -134,24 +134,24 @@ def test_f40_custom_all_reduce_at_tp2_on_the_preview_image_is_refused() -> None:
     ],
 )
 def test_f40_does_not_fire_where_it_does_not_hold(change: str) -> None:
-    assert _status("qwen38flash", "F40", *PREVIEW, change, hardware=SM120_X2) == "pass"
+    assert _status("qwen38flash", "F35", *PREVIEW, change, hardware=SM120_X2) == "pass"
 
 
 def test_f40_guards_the_tp2_fp8_variant_that_drops_the_fix() -> None:
-    assert _status("qwen38flash", "F40", hardware=SM120_X2) == "pass"  # TP 1 default
+    assert _status("qwen38flash", "F35", hardware=SM120_X2) == "pass"  # TP 1 default
     checked = results("qwen38flash", "tp2-fp8", hardware=SM120_X2)
-    assert checked["F40"].status == "pass"  # type: ignore[attr-defined]
+    assert checked["F35"].status == "pass"  # type: ignore[attr-defined]
     dropped = results(
         "qwen38flash", "tp2-fp8", sets=("disable-custom-all-reduce=false",), hardware=SM120_X2
     )
-    assert dropped["F40"].status == "fail"  # type: ignore[attr-defined]
+    assert dropped["F35"].status == "fail"  # type: ignore[attr-defined]
 
 
 def test_f40_holds_on_sm120_only_and_for_this_model_only() -> None:
     h200 = Hardware(gpus=2, arch="sm_90", source="declared")
-    assert _status("qwen38flash", "F40", *PREVIEW, hardware=h200) == "pass"
+    assert _status("qwen38flash", "F35", *PREVIEW, hardware=h200) == "pass"
     other = ("model.repo=Qwen/Qwen3-32B", "model.architecture=Qwen3ForCausalLM")
-    assert _status("qwen38flash", "F40", *PREVIEW, *other, hardware=SM120_X2) == "pass"
+    assert _status("qwen38flash", "F35", *PREVIEW, *other, hardware=SM120_X2) == "pass"
 
 
 # --- placement and render on nine GPUs ---------------------------------------------------------
