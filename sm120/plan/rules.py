@@ -323,7 +323,7 @@ def _custom_all_reduce_capture(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     model = f"{plan.model.repo or ''} {plan.model.architecture}"
     if (
         plan.engine == "vllm"
-        and hw.is_sm12x
+        and hw.arch == "sm_120"  # the source's GPUs; GB10 (sm_121) was not reported
         and _tp(plan) == 2
         and _QWEN38_FLASH_NEXT.search(model)
         and plan.arg("disable-custom-all-reduce") is not True

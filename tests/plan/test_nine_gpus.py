@@ -131,6 +131,7 @@ def test_f40_custom_all_reduce_at_tp2_on_the_preview_image_is_refused() -> None:
         "tensor-parallel-size=1",  # one GPU has no all-reduce
         "image.engine_version=0.32.0",  # another release: not confirmed there
         "image.engine_version=karmic-kraken-beta",  # the fork's own B12X PCIe all-reduce
+        "enforce-eager=true",  # no CUDA graphs, nothing to capture
     ],
 )
 def test_f40_does_not_fire_where_it_does_not_hold(change: str) -> None:
@@ -150,6 +151,8 @@ def test_f40_guards_the_tp2_fp8_variant_that_drops_the_fix() -> None:
 def test_f40_holds_on_sm120_only_and_for_this_model_only() -> None:
     h200 = Hardware(gpus=2, arch="sm_90", source="declared")
     assert _status("qwen38flash", "F35", *PREVIEW, hardware=h200) == "pass"
+    gb10 = Hardware(gpus=2, arch="sm_121", source="declared")
+    assert _status("qwen38flash", "F35", *PREVIEW, hardware=gb10) == "pass"
     other = ("model.repo=Qwen/Qwen3-32B", "model.architecture=Qwen3ForCausalLM")
     assert _status("qwen38flash", "F35", *PREVIEW, *other, hardware=SM120_X2) == "pass"
 
