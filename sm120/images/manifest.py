@@ -37,7 +37,7 @@ def build_hash(
     so a new port or context length reuses the image instead of rebuilding it."""
     identity = {
         "engine": plan.engine,
-        "image": plan.image.model_dump(),
+        "image": plan.image.identity(),
         "context": context_digest,
         "extra_args": extra_args or {},
     }

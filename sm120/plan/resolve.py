@@ -143,7 +143,7 @@ class LaunchPlan:
     @property
     def image_hash(self) -> str:
         """Identity of the image this plan runs: engine and image spec, not the serve flags."""
-        return _hash({"engine": self.engine, "image": self.image.model_dump()})
+        return _hash({"engine": self.engine, "image": self.image.identity()})
 
     @property
     def image_ref(self) -> str:
@@ -582,7 +582,7 @@ def _freeze(
         "recipe": recipe.name,
         "variants": [name for name in variants if name != seed_variant],
         "engine": work.engine,
-        "image": image.model_dump(),
+        "image": image.identity(),
         # planner-only facts (dims, resident size) do not change what runs
         "model": model.model_dump(exclude={"dims", "weights_gib"}),
         "model_dir": work.model_dir,

@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from sm120.core.suggest import did_you_mean
 from sm120.logs.failures import load_catalogue
 from sm120.plan.derive import read_config
-from sm120.plan.hardware import Hardware
+from sm120.plan.hardware import Hardware, divisors, spelled
 from sm120.plan.positions import ALLOW_LONG, effective_config, position_limit
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
@@ -83,11 +83,11 @@ def _kv_dtype(plan: LaunchPlan) -> str:
 
 @rule("S01", "error", "tensor parallel size divisible by decode context parallel size")
 def _tp_divisible_by_dcp(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    dcp = _int(plan, "decode-context-parallel-size", 1)
-    if _tp(plan) % dcp:
+    dcp, tp = _int(plan, "decode-context-parallel-size", 1), _tp(plan)
+    if tp >= 1 and dcp >= 1 and tp % dcp:
         yield (
-            f"tensor-parallel-size {_tp(plan)} is not divisible by "
-            f"decode-context-parallel-size {dcp}; pick a DCP that divides TP (1, 2 or 4 for TP 4)"
+            f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}; "
+            f"pick a DCP that divides TP ({spelled(divisors(tp))} for TP {tp})"
         )
 
 
@@ -289,6 +289,86 @@ def _dspark_dp_ep(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             "DeepSeek-V4-Flash-0731 with DSpark under data parallel + expert parallel fails "
             "its profile run (assert num_tokens_across_dp_cpu[dp_rank] == batchsize; "
             "vllm#56281); use --set data-parallel-size=1 (tensor parallel alone), or MTP"
+        )
+
+
+# MLA-family attention layers keep one latent KV head (vLLM's use_mla), so its GQA limits on
+# DCP and KV-head splits do not apply; the KDA hybrids' attention layers are MLA (Kimi) or DSA.
+_ONE_KV_HEAD = (
+    "mla",
+    "mla_sparse_dsa",
+    "dsv4_compressed",
+    "dsv41_ced",
+    "kda_mla_hybrid",
+    "kda_dsa_hybrid",
+)
+
+
+# S10 judges upstream releases only, as F30-F33 do: a fork may split heads unevenly (the
+# Kimi-K3 image serves 96 heads on TP 9, vLLM PR #843 of local-inference-lab/vllm).
+@rule("S10", "error", "attention heads split over tensor and decode context parallel as vLLM needs")
+def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dims = plan.model.dims
+    if plan.engine != "vllm" or dims is None or not dims.num_attention_heads or not _released(plan):
+        return
+    tp, dcp, heads = (
+        _tp(plan),
+        _int(plan, "decode-context-parallel-size", 1),
+        dims.num_attention_heads,
+    )
+    if tp < 1 or dcp < 1:
+        return  # S04 refuses the values themselves
+    if heads % tp:
+        fits = [size for size in divisors(heads) if size <= max(hw.gpus, tp)]
+        yield (
+            f"{heads} attention heads are not divisible by tensor-parallel-size {tp}: vLLM "
+            f"{plan.image.engine_version} refuses it at startup; use a TP that divides "
+            f"{heads} ({spelled(fits)})"
+        )
+    kv_heads = dims.num_key_value_heads or heads
+    grouped = plan.model.attention not in _ONE_KV_HEAD
+    # vLLM's attention layers assert this as they are built (glm4_moe.py, deepseek_v2.py)
+    if grouped and not heads % tp and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        yield (
+            f"the model's {kv_heads} KV heads do not split over tensor-parallel-size {tp} "
+            f"(vLLM needs one to divide the other): the model fails to load; use a TP that "
+            f"divides {heads} and divides or is a multiple of {kv_heads}"
+        )
+    if dcp > 1 and grouped:
+        most = tp // kv_heads
+        if dcp > most:
+            yield (
+                f"decode-context-parallel-size {dcp} needs tensor-parallel-size above the "
+                f"model's {kv_heads} KV heads and DCP at most TP / KV heads ({most} at TP {tp}): "
+                "vLLM refuses it at startup; set decode-context-parallel-size=1"
+            )
+        elif (heads // kv_heads) % dcp:
+            yield (
+                f"the model's {heads // kv_heads} query heads per KV head are not divisible by "
+                f"decode-context-parallel-size {dcp}: vLLM refuses it at startup; set "
+                "decode-context-parallel-size=1"
+            )
+
+
+_QWEN38_FLASH_NEXT = re.compile(r"Qwen3[._]?8[-_]?Flash[-_]?Next", re.IGNORECASE)
+
+
+@rule("F35", "error", "custom all-reduce captures into CUDA graphs at TP 2 on this engine")
+def _custom_all_reduce_capture(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    model = f"{plan.model.repo or ''} {plan.model.architecture}"
+    if (
+        plan.engine == "vllm"
+        and hw.arch == "sm_120"  # the source's GPUs; GB10 (sm_121) was not reported
+        and _tp(plan) == 2
+        and _QWEN38_FLASH_NEXT.search(model)
+        and plan.arg("disable-custom-all-reduce") is not True
+        and plan.arg("enforce-eager") is not True
+        and _released(plan)
+    ):
+        yield (
+            f"vLLM {plan.image.engine_version}'s custom all-reduce fails during CUDA graph "
+            f"capture at TP 2 on {hw.arch} for Qwen3.8-Flash-Next (rtx6kpro "
+            "models/qwen38-flash-next.md); use --set disable-custom-all-reduce=true (NCCL)"
         )
 
 

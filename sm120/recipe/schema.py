@@ -323,6 +323,17 @@ class ImageSpec(Strict):
         (), description="Extra environment variables this image understands (F17 allow-list)."
     )
     shm_size: str = Field("16gb", description="Container shared memory (NCCL needs plenty).")
+    cap_add: tuple[Literal["SYS_PTRACE"], ...] = Field(
+        (),
+        description="Linux capabilities the container adds to Docker's defaults; only "
+        "SYS_PTRACE, for engines whose worker takes another process's CUDA IPC handles "
+        "(pidfd_getfd: Operation not permitted without it).",
+    )
+
+    def identity(self) -> dict[str, Any]:
+        """The spec as plan and image hashes see it: a capability list left empty is left
+        out, so every image spec written before the field existed keeps its hashes."""
+        return self.model_dump(exclude=set() if self.cap_add else {"cap_add"})
 
     @field_validator("digest")
     @classmethod

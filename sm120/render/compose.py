@@ -88,6 +88,8 @@ def render_compose_service(
         volumes.append(f"{disk}:{disk}")
     if volumes:
         service["volumes"] = volumes
+    if plan.image.cap_add:
+        service["cap_add"] = list(plan.image.cap_add)
     if plan.hardware.gpus == 0:
         # Docker engines that may not raise rlimits (rootless, user namespaces) refuse a
         # container that asks ("error setting rlimit type 8"), as compose.cpu.yaml knows.

@@ -142,6 +142,8 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "detach": True,
         "network_mode": where.network,
     }
+    if plan.image.cap_add:
+        run["cap_add"] = list(plan.image.cap_add)
     if where.network != "host":
         run["ports"] = {f"{plan.port}/tcp": [plan.host, plan.port]}
     if plan.hardware.gpus > 0:

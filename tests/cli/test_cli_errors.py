@@ -93,9 +93,11 @@ def test_validate_all_bundled(cli: CliRunner) -> None:
     assert [line.split()[1] for line in out.splitlines()] == [
         "dsv4",
         "dsv41",
+        "dsv4vision",
         "glm47",
         "glm52",
         "glm53flash",
+        "kimik3",
         "qwen38flash",
         "tiny",
     ]

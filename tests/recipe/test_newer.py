@@ -17,6 +17,10 @@ from tests.images.test_recipe_updates import stand_in  # noqa: F401 - the regist
 
 R7 = "https://github.com/local-inference-lab/rtx6kpro/blob/master/models/ds4dspark-infernal-invocation-r7.md"
 KK = "https://github.com/local-inference-lab/rtx6kpro/blob/master/benchmarks/karmic-kraken-serving.md"
+KK_03AB23E = (
+    "https://github.com/local-inference-lab/rtx6kpro/blob/"
+    "03ab23e51c577b10369c973bc979d923af7bdc8e/benchmarks/karmic-kraken-serving.md"
+)
 
 
 def _every() -> list[Recipe]:
@@ -36,7 +40,15 @@ def test_dsv4_is_told_of_deepseek_v4_1_and_the_faster_0731_figures() -> None:
         "(DSpark K7, DCP 1, Karmic Kraken image (vLLM bb709f4acee, B12X eea3ced11fc1)); "
         f"served by dsv41; {KK} (checked 2026-11-28)",
         # the r7 and r7-tp4 variants publish r7's own 236.46 and 301.24: neither is named
+        "dsv4 (known)             newer model: DeepSeek-V4-Flash-Vision-Exp 188.73 tok/s on 2 "
+        "GPUs (DSpark K3, TP 2 / DCP 1, images and text, Karmic Kraken image (the page's DS4 "
+        f"Vision row)); served by dsv4vision; {KK_03AB23E} (checked 2026-12-01)",
     ]
+
+
+def test_the_newest_models_are_known_and_served() -> None:
+    [kimi] = compare([load_recipe("kimik3")], _every())
+    assert (kimi.entry.model, kimi.entry.gpus, kimi.status) == ("Kimi-K3", 9, "served by kimik3")
 
 
 def test_a_newer_model_a_recipe_serves_says_which() -> None:
@@ -68,7 +80,7 @@ def test_a_figure_the_recipe_already_publishes_is_not_named() -> None:
     )
     faster = dsv4.model_copy(update={"published": Published(decode=figure)})
     kinds = [(n.entry.kind, n.entry.gpus) for n in compare([faster], _every())]
-    assert kinds == [("model", 4), ("figure", 4)]
+    assert kinds == [("model", 4), ("figure", 4), ("model", 2)]
 
 
 def test_updates_prints_the_known_lines_after_the_builds(

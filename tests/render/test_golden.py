@@ -46,6 +46,11 @@ CASES = [
     ("glm53flash", ("seed",)),
     ("qwen38flash", ()),
     ("qwen38flash", ("seed",)),
+    ("qwen38flash", ("tp2-fp8",)),
+    ("dsv4vision", ()),
+    ("dsv4vision", ("seed",)),
+    ("kimik3", ()),
+    ("kimik3", ("seed",)),
     ("tiny", ()),
     ("tiny", ("agent",)),
 ]

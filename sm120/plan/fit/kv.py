@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sm120.core.errors import PlanError
+from sm120.plan.hardware import divisors, spelled
 from sm120.recipe.schema import ModelDims
 
 # DeepSeek V3.2-style sparse MLA in fp8_ds_mla: 512 fp8 NoPE + 4 x fp32 scales + 64 bf16 RoPE.
@@ -162,9 +163,10 @@ def longest_context(layout: KVLayout, num_blocks: int, cap: int) -> int:
 
 def _check_dcp(tp: int, dcp: int) -> None:
     if dcp < 1 or tp % dcp:
+        choices = spelled(divisors(tp)) if tp >= 1 else "1"
         raise PlanError(
             f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}",
-            "pick a DCP that divides TP (1, 2 or 4 for TP 4)",
+            f"pick a DCP that divides TP ({choices} for TP {tp})",
         )
 
 

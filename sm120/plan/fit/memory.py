@@ -31,6 +31,7 @@ from sm120.plan.fit.dsv41 import DEFAULT_SWA_BLOCK, deepseek_v41
 from sm120.plan.fit.hybrid import KERNEL_BLOCK, HybridShape, hybrid, mamba_mode, state_bytes
 from sm120.plan.fit.resident import SOURCE as ESTIMATE_SOURCE
 from sm120.plan.fit.resident import WeightEstimate, estimate_gap, estimate_weights
+from sm120.plan.hardware import divisors, spelled
 from sm120.plan.resolve import LaunchPlan
 
 ACTIVATION_OVERHEAD_GIB = 1.5
@@ -212,11 +213,13 @@ def _mamba_mode(plan: LaunchPlan, attention: str) -> str:
 
 def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     dims = spec.dims.dims
-    if dims.num_attention_heads and dims.num_attention_heads % tp:
+    heads = dims.num_attention_heads
+    if heads and heads % tp:
+        # the sizes that fit this machine (nine GPUs take 1, 2, 3, 4, 6 or 8 of 96 heads)
+        fits = [size for size in divisors(heads) if size <= max(spec.gpus, tp)]
         raise PlanError(
-            f"tensor-parallel-size {tp} does not divide the model's "
-            f"{dims.num_attention_heads} attention heads",
-            "use a TP that divides the head count (1, 2, 4 or 8)",
+            f"tensor-parallel-size {tp} does not divide the model's {heads} attention heads",
+            f"use a TP that divides the head count ({spelled(fits)})",
         )
     args = (spec.kv_dtype, spec.block_size, spec.draft_layers)
     if spec.kv_dtype.name == "nvfp4_ds_mla" and spec.attention != "dsv4_compressed":
