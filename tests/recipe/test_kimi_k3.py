@@ -98,6 +98,7 @@ def test_plan_without_a_kv_budget_says_what_it_lacks(cli: CliRunner) -> None:
     code, _, err = invoke(cli, "plan", "kimik3", "--gpus", "9")
     assert code == 2
     assert one_line_error(err) == (
-        "Error: the resident weight size is unknown: the recipe has no model.weights_gib "
+        "Error: the resident weight size is unknown: the recipe has no model.weights_gib and "
+        "quantization 'qsrt_k2' has no bytes-per-parameter figure to estimate it "
         "(hint: pass --model-dir with the weights, or --kv-memory-gib)"
     )
