@@ -13,7 +13,7 @@ import asyncio
 import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,13 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sm120.gateway.aliases import Alias, as_table, resolve
+from sm120.gateway.aliases import (
+    Alias,
+    AliasTable,
+    alias_table,
+    model_by_deployment,
+    served_model,
+)
 from sm120.gateway.backends import Backend
 from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
@@ -49,7 +55,7 @@ IDLE_CONNECTION_S = 30.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SWAPPER: web.AppKey[Swapper] = web.AppKey("swapper", Swapper)
 SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
-ALIASES: web.AppKey[tuple[Alias, ...]] = web.AppKey("aliases")
+ALIASES: web.AppKey[AliasTable] = web.AppKey("aliases", AliasTable)
 REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = web.AppKey("rewrite")
 
 
@@ -104,7 +110,7 @@ class RouteCache:
         self._read_after_swaps = swaps
         return backends
 
-    def cached(self, model: str, aliases: tuple[Alias, ...]) -> tuple[str, Backend] | None:
+    def cached(self, model: str, aliases: AliasTable) -> tuple[str, Backend] | None:
         """The route the table in hand gives when `route` would not read the state files for
         it (the front's fast path takes it without a task switch); None when it would."""
         if self._read_at == float("-inf") or self._swapper.swap_events != self._read_after_swaps:
@@ -115,11 +121,11 @@ class RouteCache:
         return found
 
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
-        _, backend, backends = await self.route(model, ())
+        _, backend, backends = await self.route(model, NO_ALIASES)
         return backend, backends
 
     async def route(
-        self, model: str, aliases: tuple[Alias, ...]
+        self, model: str, aliases: AliasTable
     ) -> tuple[str, Backend | None, dict[str, Backend]]:
         """The served model `model` reaches (itself, or an alias's target) and its backend.
         Only the fast path is cached: a model unknown or down is looked up afresh."""
@@ -133,13 +139,34 @@ class RouteCache:
         return found[0], found[1], backends
 
 
+NO_ALIASES = AliasTable()
+
+
 def _routed(
-    model: str, aliases: tuple[Alias, ...], backends: dict[str, Backend]
+    model: str, aliases: AliasTable, backends: dict[str, Backend]
 ) -> tuple[str, Backend] | None:
     if model in backends:
         return model, backends[model]
+    alias = aliases.first_match(model)
+    if alias is None:
+        return None
+    target = served_model(alias.target, backends, _by_deployment(backends))
+    return (target, backends[target]) if target is not None else None
+
+
+# The route table changes when the state files are read again, not per request: each
+# deployment's first model is worked out once per table (one entry: the table in use).
+_BY_DEPLOYMENT: list[tuple[dict[str, Backend], dict[str, str]]] = []
+
+
+def _by_deployment(backends: dict[str, Backend]) -> dict[str, str]:
+    if _BY_DEPLOYMENT and _BY_DEPLOYMENT[0][0] is backends:
+        return _BY_DEPLOYMENT[0][1]
     deployments = {name: backend.deployment for name, backend in backends.items()}
-    return resolve(model, aliases, backends, deployments)
+    found = model_by_deployment(backends, deployments)
+    # Holding the table keeps its id from being reused by another while it is cached.
+    _BY_DEPLOYMENT[:] = [(backends, found)]
+    return found
 
 
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
@@ -161,7 +188,7 @@ def build_app(
     api_key: str,
     swapper: Swapper,
     session: aiohttp.ClientSession,
-    aliases: tuple[Alias, ...] = (),
+    aliases: Iterable[Alias] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> web.Application:
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
@@ -170,7 +197,7 @@ def build_app(
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
-    app[ALIASES] = aliases
+    app[ALIASES] = alias_table(aliases)
     app[REWRITE] = rewrite
     app[FAST_PATH] = FastPathCounts()
     app.router.add_get("/health", _health)
@@ -235,16 +262,25 @@ async def _models(request: web.Request) -> web.Response:
         }
         for model, backend in sorted(backends.items())
     ]
-    aliases: tuple[Alias, ...] = request.app[ALIASES]
-    for name, target in as_table(aliases).items():
-        found = _routed(name, aliases, backends) if name not in backends else None
-        entry: dict[str, Any] = {"id": name, "object": "model", "owned_by": "sm120"}
-        entry["alias_of"] = target
-        if found is not None:
-            entry.update(deployment=found[1].deployment, served_model=found[0])
-            entry["awake"] = swapper.awake(found[1])
+    # Each alias is listed with where it sends: one lookup each, whatever their number.
+    by_deployment = _by_deployment(backends)
+    for alias in request.app[ALIASES]:
+        entry: dict[str, Any] = {"id": alias.name, "object": "model", "owned_by": "sm120"}
+        entry["alias_of"] = alias.target
+        target = (
+            None if alias.name in backends else served_model(alias.target, backends, by_deployment)
+        )
+        if target is not None:
+            entry.update(deployment=backends[target].deployment, served_model=target)
+            entry["awake"] = swapper.awake(backends[target])
         data.append(entry)
     return web.json_response({"object": "list", "data": data})
+
+
+def _some(names: list[str], total: int | None = None) -> str:
+    total = len(names) if total is None else total
+    shown = ", ".join(names[:NAMES_IN_404])
+    return shown if total <= NAMES_IN_404 else f"{shown} and {total - NAMES_IN_404:,} more"
 
 
 async def _forward(request: web.Request) -> web.StreamResponse:
@@ -329,10 +365,14 @@ def _no_model(models: list[str]) -> web.Response:
     )  # fmt: skip
 
 
-def _unknown_model(model: str, models: list[str], aliases: tuple[Alias, ...]) -> web.Response:
-    listed = ", ".join(models) or "none"
-    names = [alias.name for alias in aliases]
-    extra = f"; aliases: {', '.join(names)}" if names else ""
+# An unknown model's 404 names this many models and aliases; /v1/models has them all.
+NAMES_IN_404 = 20
+
+
+def _unknown_model(model: str, models: list[str], aliases: AliasTable) -> web.Response:
+    listed = _some(models) or "none"
+    names = [alias.name for alias in list(aliases)[: NAMES_IN_404 + 1]]
+    extra = f"; aliases: {_some(names, len(aliases))}" if names else ""
     return openai_error(
         404,
         f"model '{model}' is not served here; models: {listed}{extra}",
