@@ -200,6 +200,8 @@ def build_app(
     app[ALIASES] = alias_table(aliases)
     app[REWRITE] = rewrite
     app[FAST_PATH] = FastPathCounts()
+    app[MODELS_LISTING] = ModelsListing()
+    app.router.add_get("/", _index)
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
     for path in protocol_paths().values():
@@ -242,16 +244,61 @@ def _key_guard(api_key: str) -> Middleware:
     return guard
 
 
+# What `GET /` names: a person who opens the gateway's address finds where to go; nothing
+# in it needs the key or tells more than the routes themselves would.
+INDEX = {
+    "service": "sm120 gateway",
+    "dashboard": "/dashboard",
+    "health": "/health",
+    "models": "/v1/models",
+}
+
+
+async def _index(request: web.Request) -> web.Response:
+    # A browser is sent to the dashboard; a script gets the index as JSON.
+    if "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPFound("/dashboard")
+    return web.json_response({**INDEX, "protocols": list(protocol_paths().values())})
+
+
 async def _health(request: web.Request) -> web.Response:
     counts = request.app[FAST_PATH]
     fast_path = {"answered": counts.answered, "handed_over": counts.handed_over}
     return web.json_response({"status": "ok", "fast_path": fast_path})
 
 
+class ModelsListing:
+    """The /v1/models body, built again only when what it shows changed: which models are
+    served, by which deployment, and which are awake. With thousands of models and aliases
+    a build costs tens of milliseconds on the event loop; a request that finds the same
+    table pays a tuple of the table's states instead."""
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[str, str, bool], ...] | None = None
+        self._body = b""
+
+    def body(self, swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable) -> bytes:
+        key = tuple((m, b.deployment, swapper.awake(b)) for m, b in backends.items())
+        if key != self._key:
+            listing = {"object": "list", "data": _model_entries(swapper, backends, aliases)}
+            self._body, self._key = json.dumps(listing).encode(), key
+        return self._body
+
+
+MODELS_LISTING: web.AppKey[ModelsListing] = web.AppKey("models_listing", ModelsListing)
+
+
 async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
     backends = await swapper.discover()
     await swapper.observe(backends)
+    body = request.app[MODELS_LISTING].body(swapper, backends, request.app[ALIASES])
+    return web.Response(body=body, content_type="application/json")
+
+
+def _model_entries(
+    swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable
+) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = [
         {
             "id": model,
@@ -264,7 +311,7 @@ async def _models(request: web.Request) -> web.Response:
     ]
     # Each alias is listed with where it sends: one lookup each, whatever their number.
     by_deployment = _by_deployment(backends)
-    for alias in request.app[ALIASES]:
+    for alias in aliases:
         entry: dict[str, Any] = {"id": alias.name, "object": "model", "owned_by": "sm120"}
         entry["alias_of"] = alias.target
         target = (
@@ -274,7 +321,7 @@ async def _models(request: web.Request) -> web.Response:
             entry.update(deployment=backends[target].deployment, served_model=target)
             entry["awake"] = swapper.awake(backends[target])
         data.append(entry)
-    return web.json_response({"object": "list", "data": data})
+    return data
 
 
 def _some(names: list[str], total: int | None = None) -> str:
