@@ -123,10 +123,9 @@ def gpu_line(gpu: dict[str, Any]) -> str:
 
     def value(key: str, unit: str = "") -> str:
         number = gpu.get(key)
-        readable = isinstance(number, (int, float)) and not isinstance(number, bool)
-        if not readable or not math.isfinite(number):
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
             return "-"
-        return f"{float(number):.0f}{unit}"
+        return f"{float(number):.0f}{unit}" if math.isfinite(number) else "-"
 
     return (
         f"{value('util_pct', '%')} util, {value('power_w')}/{value('power_limit_w', ' W')}, "
