@@ -75,4 +75,7 @@ dashboard.register(app)
 
 
 def main() -> None:
+    from sm120.core.startup import python_handles_interrupts
+
+    python_handles_interrupts()
     app()

@@ -24,6 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # EX_SOFTWARE) for a bug in sm120 itself, so a script can tell the two apart.
 USER_ERROR = 2
 INTERNAL_ERROR = 70
+INTERRUPTED = 130
 REPORT_HINT = (
     "this is a bug in sm120, not in what you gave it; please report it with the output of "
     "the same command under SM120_DEBUG=1 (it shows where it failed)"
@@ -78,6 +79,10 @@ def cli_errors(func: F) -> F:
             return func(*args, **kwargs)
         except (typer.Exit, typer.Abort, click.exceptions.ClickException):
             raise  # the CLI's own ways out
+        except KeyboardInterrupt:
+            # Ctrl-C before anything started (a launch past that point handles its own).
+            sys.stderr.write("interrupted\n")
+            raise typer.Exit(INTERRUPTED) from None
         except SM120Error as exc:
             if _debugging():
                 raise
