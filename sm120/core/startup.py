@@ -18,7 +18,8 @@ def _running_as_the_program() -> bool:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name == "sm120.__main__":
         return True
-    return os.path.basename(str(getattr(main, "__file__", "") or "")) == "sm120"
+    # The console script (bin/sm120); a plain split keeps pathlib out of the earliest import.
+    return str(getattr(main, "__file__", "") or "").rsplit("/", 1)[-1] == "sm120"
 
 
 def interrupted_while_starting(_signum: int, _frame: FrameType | None) -> None:
