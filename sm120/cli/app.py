@@ -77,4 +77,7 @@ tune.register(app)
 
 
 def main() -> None:
+    from sm120.core.startup import python_handles_interrupts
+
+    python_handles_interrupts()
     app()

@@ -67,6 +67,11 @@ def status(
         typer.echo(gateway.describe())
 
 
+def _or_unknown(value: object, form: str = "{}") -> str:
+    # The engine wrote NaN or an infinity (status.parse_gauges): a value nobody knows.
+    return "unknown" if value is None else form.format(value)
+
+
 def _status_text(row: dict[str, object]) -> str:
     lines = [f"{row['name']}  ({row['recipe']}, {row['runtime']} runtime, plan {row['plan_hash']})"]
     if row["running"]:
@@ -81,10 +86,11 @@ def _status_text(row: dict[str, object]) -> str:
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")
-        if row.get("kv_cache_usage_pct") is not None:
+        if "kv_cache_usage_pct" in row:
             lines.append(
-                f"  KV usage  {row['kv_cache_usage_pct']:.1f}%  running "
-                f"{row.get('requests_running')}, waiting {row.get('requests_waiting')}"
+                f"  KV usage  {_or_unknown(row['kv_cache_usage_pct'], '{:.1f}%')}  running "
+                f"{_or_unknown(row.get('requests_running'))}, "
+                f"waiting {_or_unknown(row.get('requests_waiting'))}"
             )
         if row.get("prefix_cache_hit_pct") is not None:
             lines.append(

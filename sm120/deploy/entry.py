@@ -51,7 +51,7 @@ class EntryPaths:
 def read_manifest(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise WrongImage(
             f"no sm120 manifest at {path}", "run an image 'sm120 build RECIPE' made"
         ) from None

@@ -81,7 +81,7 @@ def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | 
     try:
         data = json.loads(files.address.read_text(encoding="utf-8"))
         address = GatewayAddress(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return pid, None
     return pid, address if address.pid == pid else None
 

@@ -13,7 +13,7 @@ import asyncio
 import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,13 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from sm120.gateway.access_log import LOGGED, AccessLog, HandedOver, RequestRecord
-from sm120.gateway.aliases import Alias, as_table, resolve
+from sm120.gateway.aliases import (
+    Alias,
+    AliasTable,
+    alias_table,
+    model_by_deployment,
+    served_model,
+)
 from sm120.gateway.backends import Backend
 from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
@@ -51,7 +57,7 @@ IDLE_CONNECTION_S = 30.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SWAPPER: web.AppKey[Swapper] = web.AppKey("swapper", Swapper)
 SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
-ALIASES: web.AppKey[tuple[Alias, ...]] = web.AppKey("aliases")
+ALIASES: web.AppKey[AliasTable] = web.AppKey("aliases", AliasTable)
 REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = web.AppKey("rewrite")
 
 
@@ -106,7 +112,7 @@ class RouteCache:
         self._read_after_swaps = swaps
         return backends
 
-    def cached(self, model: str, aliases: tuple[Alias, ...]) -> tuple[str, Backend] | None:
+    def cached(self, model: str, aliases: AliasTable) -> tuple[str, Backend] | None:
         """The route the table in hand gives when `route` would not read the state files for
         it (the front's fast path takes it without a task switch); None when it would."""
         if self._read_at == float("-inf") or self._swapper.swap_events != self._read_after_swaps:
@@ -117,11 +123,11 @@ class RouteCache:
         return found
 
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
-        _, backend, backends = await self.route(model, ())
+        _, backend, backends = await self.route(model, NO_ALIASES)
         return backend, backends
 
     async def route(
-        self, model: str, aliases: tuple[Alias, ...]
+        self, model: str, aliases: AliasTable
     ) -> tuple[str, Backend | None, dict[str, Backend]]:
         """The served model `model` reaches (itself, or an alias's target) and its backend.
         Only the fast path is cached: a model unknown or down is looked up afresh."""
@@ -135,13 +141,34 @@ class RouteCache:
         return found[0], found[1], backends
 
 
+NO_ALIASES = AliasTable()
+
+
 def _routed(
-    model: str, aliases: tuple[Alias, ...], backends: dict[str, Backend]
+    model: str, aliases: AliasTable, backends: dict[str, Backend]
 ) -> tuple[str, Backend] | None:
     if model in backends:
         return model, backends[model]
+    alias = aliases.first_match(model)
+    if alias is None:
+        return None
+    target = served_model(alias.target, backends, _by_deployment(backends))
+    return (target, backends[target]) if target is not None else None
+
+
+# The route table changes when the state files are read again, not per request: each
+# deployment's first model is worked out once per table (one entry: the table in use).
+_BY_DEPLOYMENT: list[tuple[dict[str, Backend], dict[str, str]]] = []
+
+
+def _by_deployment(backends: dict[str, Backend]) -> dict[str, str]:
+    if _BY_DEPLOYMENT and _BY_DEPLOYMENT[0][0] is backends:
+        return _BY_DEPLOYMENT[0][1]
     deployments = {name: backend.deployment for name, backend in backends.items()}
-    return resolve(model, aliases, backends, deployments)
+    found = model_by_deployment(backends, deployments)
+    # Holding the table keeps its id from being reused by another while it is cached.
+    _BY_DEPLOYMENT[:] = [(backends, found)]
+    return found
 
 
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
@@ -165,7 +192,7 @@ def build_app(
     api_key: str,
     swapper: Swapper,
     session: aiohttp.ClientSession,
-    aliases: tuple[Alias, ...] = (),
+    aliases: Iterable[Alias] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     access: AccessLog | None = None,
 ) -> web.Application:
@@ -180,9 +207,11 @@ def build_app(
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
-    app[ALIASES] = aliases
+    app[ALIASES] = alias_table(aliases)
     app[REWRITE] = rewrite
     app[FAST_PATH] = FastPathCounts()
+    app[MODELS_LISTING] = ModelsListing()
+    app.router.add_get("/", _index)
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
     for path in protocol_paths().values():
@@ -267,16 +296,61 @@ def _key_guard(api_key: str) -> Middleware:
     return guard
 
 
+# What `GET /` names: a person who opens the gateway's address finds where to go; nothing
+# in it needs the key or tells more than the routes themselves would.
+INDEX = {
+    "service": "sm120 gateway",
+    "dashboard": "/dashboard",
+    "health": "/health",
+    "models": "/v1/models",
+}
+
+
+async def _index(request: web.Request) -> web.Response:
+    # A browser is sent to the dashboard; a script gets the index as JSON.
+    if "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPFound("/dashboard")
+    return web.json_response({**INDEX, "protocols": list(protocol_paths().values())})
+
+
 async def _health(request: web.Request) -> web.Response:
     counts = request.app[FAST_PATH]
     fast_path = {"answered": counts.answered, "handed_over": counts.handed_over}
     return web.json_response({"status": "ok", "fast_path": fast_path})
 
 
+class ModelsListing:
+    """The /v1/models body, built again only when what it shows changed: which models are
+    served, by which deployment, and which are awake. With thousands of models and aliases
+    a build costs tens of milliseconds on the event loop; a request that finds the same
+    table pays a tuple of the table's states instead."""
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[str, str, bool], ...] | None = None
+        self._body = b""
+
+    def body(self, swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable) -> bytes:
+        key = tuple((m, b.deployment, swapper.awake(b)) for m, b in backends.items())
+        if key != self._key:
+            listing = {"object": "list", "data": _model_entries(swapper, backends, aliases)}
+            self._body, self._key = json.dumps(listing).encode(), key
+        return self._body
+
+
+MODELS_LISTING: web.AppKey[ModelsListing] = web.AppKey("models_listing", ModelsListing)
+
+
 async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
     backends = await swapper.discover()
     await swapper.observe(backends)
+    body = request.app[MODELS_LISTING].body(swapper, backends, request.app[ALIASES])
+    return web.Response(body=body, content_type="application/json")
+
+
+def _model_entries(
+    swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable
+) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = [
         {
             "id": model,
@@ -287,16 +361,25 @@ async def _models(request: web.Request) -> web.Response:
         }
         for model, backend in sorted(backends.items())
     ]
-    aliases: tuple[Alias, ...] = request.app[ALIASES]
-    for name, target in as_table(aliases).items():
-        found = _routed(name, aliases, backends) if name not in backends else None
-        entry: dict[str, Any] = {"id": name, "object": "model", "owned_by": "sm120"}
-        entry["alias_of"] = target
-        if found is not None:
-            entry.update(deployment=found[1].deployment, served_model=found[0])
-            entry["awake"] = swapper.awake(found[1])
+    # Each alias is listed with where it sends: one lookup each, whatever their number.
+    by_deployment = _by_deployment(backends)
+    for alias in aliases:
+        entry: dict[str, Any] = {"id": alias.name, "object": "model", "owned_by": "sm120"}
+        entry["alias_of"] = alias.target
+        target = (
+            None if alias.name in backends else served_model(alias.target, backends, by_deployment)
+        )
+        if target is not None:
+            entry.update(deployment=backends[target].deployment, served_model=target)
+            entry["awake"] = swapper.awake(backends[target])
         data.append(entry)
-    return web.json_response({"object": "list", "data": data})
+    return data
+
+
+def _some(names: list[str], total: int | None = None) -> str:
+    total = len(names) if total is None else total
+    shown = ", ".join(names[:NAMES_IN_404])
+    return shown if total <= NAMES_IN_404 else f"{shown} and {total - NAMES_IN_404:,} more"
 
 
 async def _forward(request: web.Request) -> web.StreamResponse:
@@ -390,10 +473,14 @@ def _no_model(models: list[str]) -> web.Response:
     )  # fmt: skip
 
 
-def _unknown_model(model: str, models: list[str], aliases: tuple[Alias, ...]) -> web.Response:
-    listed = ", ".join(models) or "none"
-    names = [alias.name for alias in aliases]
-    extra = f"; aliases: {', '.join(names)}" if names else ""
+# An unknown model's 404 names this many models and aliases; /v1/models has them all.
+NAMES_IN_404 = 20
+
+
+def _unknown_model(model: str, models: list[str], aliases: AliasTable) -> web.Response:
+    listed = _some(models) or "none"
+    names = [alias.name for alias in list(aliases)[: NAMES_IN_404 + 1]]
+    extra = f"; aliases: {_some(names, len(aliases))}" if names else ""
     return openai_error(
         404,
         f"model '{model}' is not served here; models: {listed}{extra}",

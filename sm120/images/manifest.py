@@ -100,6 +100,6 @@ def manifest_from_labels(labels: dict[str, str] | None) -> dict[str, Any] | None
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

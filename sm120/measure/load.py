@@ -262,7 +262,7 @@ def _take_event(payload: bytes, timing: RequestTiming, arrived: float) -> bool:
         return False
     try:
         chunk = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         timing.error = f"a stream line that is not JSON: {payload[:80]!r}"
         return True
     if not isinstance(chunk, dict):

@@ -359,7 +359,10 @@ def _validated(model: type[BaseModel], data: dict[str, Any], section: str) -> An
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join([section, *(str(p) for p in first["loc"])])
-        raise PlanError(f"{where}: {first['msg']}", "check the --set / .env value") from None
+        raise PlanError(
+            f"{where}: {str(first['msg']).removeprefix('Value error, ')}",
+            "check the --set / .env value",
+        ) from None
 
 
 def _check_args(work: _Work) -> None:

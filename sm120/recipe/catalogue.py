@@ -107,7 +107,7 @@ def coerce_flag_value(spec: FlagSpec, value: Any) -> Any:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise PlanError(
                     f"{spec.name}: '{value}' is not valid JSON", "quote the JSON object"
                 ) from None

@@ -287,6 +287,35 @@ class ModelSource(Strict):
     )
 
 
+# The OCI distribution spec's reference grammar: an optional registry host[:port], then
+# lowercase path components joined by '/', each [a-z0-9] runs separated by '.', '_', '__'
+# or dashes. No '..' component, no shell metacharacter, no leading '/'.
+IMAGE_NAME = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_BUILD_ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def build_arg_problem(key: str, value: str) -> str | None:
+    """Why KEY=VALUE cannot be a Dockerfile build argument, or None: the name is an ARG
+    name, the value one line (a newline would end the ARG and start another instruction's
+    worth of text in what the build prints and records)."""
+    if not _BUILD_ARG_NAME.fullmatch(key):
+        return f"{_shown(key)} is not a build argument name (letters, digits, '_')"
+    if _CONTROL.search(value):
+        return f"{key}'s value holds a control character (a newline, tab or NUL)"
+    if len(value) > PATH_MAX:
+        return f"{key}'s value is {len(value):,} characters long; at most {PATH_MAX}"
+    return None
+
+
 class ImageSpec(Strict):
     name: str = Field(
         description="Image repository: the published image for 'pull', the base image the "
@@ -334,6 +363,35 @@ class ImageSpec(Strict):
         """The spec as plan and image hashes see it: a capability list left empty is left
         out, so every image spec written before the field existed keeps its hashes."""
         return self.model_dump(exclude=set() if self.cap_add else {"cap_add"})
+
+    @field_validator("name")
+    @classmethod
+    def _image_name(cls, value: str) -> str:
+        if not IMAGE_NAME.fullmatch(value):
+            raise ValueError(
+                f"image name {_shown(value)} is not an image reference: lowercase "
+                "[registry/]path/name, e.g. vllm/vllm-openai"
+            )
+        return value
+
+    @field_validator("tag")
+    @classmethod
+    def _image_tag(cls, value: str) -> str:
+        if not IMAGE_TAG.fullmatch(value):
+            raise ValueError(
+                f"image tag {_shown(value)} is not a tag: up to 128 letters, digits, '_', "
+                "'.' or '-', not starting with '.' or '-'"
+            )
+        return value
+
+    @field_validator("build_args")
+    @classmethod
+    def _build_args(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, arg in value.items():
+            problem = build_arg_problem(key, arg)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @field_validator("digest")
     @classmethod
@@ -504,6 +562,28 @@ class Speculative(Strict):
         return cls.model_validate({**known, "options": rest})
 
 
+# Below this a tier holds too few KV blocks to matter (and 1e-300 renders as a size of 0).
+KV_TIER_MIN_GIB = 0.125
+# Linux's PATH_MAX and NAME_MAX.
+PATH_MAX = 4096
+NAME_MAX = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_host_path(path: str, what: str) -> None:
+    """A host folder a container mounts: `docker -v` and compose's short syntax split on
+    ':', so '/data:/etc' would mount /etc; a path no file system takes is refused here, in
+    one line, rather than by the kernel later."""
+    if len(path) > PATH_MAX:
+        raise ValueError(f"{what} is {len(path):,} characters long; a path has at most {PATH_MAX}")
+    if _CONTROL.search(path):
+        raise ValueError(f"{what} holds a control character (a newline, tab or NUL)")
+    if ":" in path:
+        raise ValueError(f"{what} {path!r} holds ':', which a container mount reads as a separator")
+    if any(len(part.encode()) > NAME_MAX for part in path.split("/")):
+        raise ValueError(f"{what} has a folder name longer than {NAME_MAX} bytes")
+
+
 class KvTier(Strict):
     """A KV tier beyond the GPU: the engine's own offloading keeps evicted prefix blocks in
     host RAM (and, with LMCache, on a local disk) and loads them back on a revisit instead of
@@ -516,7 +596,7 @@ class KvTier(Strict):
         "disk) tiers configured by LMCACHE_* variables; the image must ship the lmcache package.",
     )
     cpu_gib: float = Field(
-        gt=0,
+        ge=KV_TIER_MIN_GIB,
         le=4096,
         description="Host RAM for offloaded KV blocks, GiB for the whole server; the engine "
         "pins it (page-locked), so it is taken from the host whether used or not.",
@@ -527,8 +607,25 @@ class KvTier(Strict):
         "absolute path; mounted into the container at the same path).",
     )
     disk_gib: float | None = Field(
-        None, gt=0, description="LMCache only: the disk tier's size in GiB for the whole server."
+        None,
+        ge=KV_TIER_MIN_GIB,
+        description="LMCache only: the disk tier's size in GiB for the whole server.",
     )
+
+    @field_validator("cpu_gib", "disk_gib", mode="before")
+    @classmethod
+    def _a_size_not_a_flag(cls, value: Any) -> Any:
+        # YAML and --set read `true` as a bool, which pydantic would take as 1 GiB.
+        if isinstance(value, bool):
+            raise ValueError(f"a size in GiB, not {str(value).lower()}")
+        return value
+
+    @field_validator("disk_path")
+    @classmethod
+    def _a_path_a_mount_can_hold(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_host_path(value, "disk_path")
+        return value
 
     @model_validator(mode="after")
     def _disk_complete(self) -> KvTier:

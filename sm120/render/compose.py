@@ -81,11 +81,13 @@ def render_compose_service(
         "stop_grace_period": STOP_GRACE_PERIOD,
         "logging": LOGGING,
     }
-    volumes = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"] if plan.model_dir else []
+    volumes: list[str | dict[str, Any]] = (
+        [_bind(plan.model_dir, CONTAINER_MODEL_DIR, read_only=True)] if plan.model_dir else []
+    )
     volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}, cache_owner).items()]
     disk = kv_tier_disk(plan.kv_tier)
     if disk is not None:
-        volumes.append(f"{disk}:{disk}")
+        volumes.append(_bind(disk, disk))
     if volumes:
         service["volumes"] = volumes
     if plan.image.cap_add:
@@ -122,3 +124,15 @@ def render_compose_file(plan: LaunchPlan, caches: dict[str, str] | None = None) 
         f"# Build the image first: sm120 build {plan.recipe}. Then: docker compose -f FILE up\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=100)
+
+
+def _bind(source: str, target: str, read_only: bool = False) -> str | dict[str, Any]:
+    """A host folder mounted into the service. The short form `SOURCE:TARGET[:ro]` is split
+    on ':', so a path holding one would mount something else ('/x:/etc' mounts /etc): such a
+    path gets compose's long form, where each part is its own field."""
+    if ":" not in source and ":" not in target:
+        return f"{source}:{target}:ro" if read_only else f"{source}:{target}"
+    long: dict[str, Any] = {"type": "bind", "source": source, "target": target}
+    if read_only:
+        long["read_only"] = True
+    return long

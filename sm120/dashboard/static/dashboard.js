@@ -77,6 +77,8 @@ function card(row) {
   return el("article", { class: `card ${state(row)}`, "data-deployment": row.name },
     el("h3", {}, row.name, " ", el("span", { class: "badge", "data-field": "phase" }, row.phase)),
     el("dl", {},
+      // A folder the snapshot could not read says why, in place of the figures it lacks.
+      ...(row.error ? field("error", "Problem", row.error) : []),
       ...field("recipe", "Recipe", row.recipe),
       ...field("variant", "Variant", first(row.variant)),
       ...field("endpoint", "Endpoint", row.endpoint),

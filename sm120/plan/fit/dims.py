@@ -274,9 +274,13 @@ def load_dims(
             indexer_full_layers=_indexer_full_layers(_text_config(config)),
         )
     if recipe_dims is None:
-        where = f"{directory}/config.json" if directory else "a config.json"
+        missing = (
+            f"there is no {directory}/config.json"
+            if directory
+            else "no checkpoint folder (--model-dir) with a config.json was given"
+        )
         raise PlanError(
-            f"no model dimensions: the recipe has no model.dims and there is no {where}",
+            f"no model dimensions: the recipe has no model.dims and {missing}",
             "pass --model-dir with the checkpoint, or add model.dims to the recipe",
         )
     full = None

@@ -271,6 +271,11 @@ def speculative_roofline(plan: LaunchPlan, roofline: Roofline) -> SpecRoofline |
 
 def roofline_or_reason(plan: LaunchPlan) -> tuple[Roofline | None, str | None]:
     """For views: the roofline, or why there is none (one line)."""
+    tp, dcp = planned_layout(plan)
+    if tp < 1 or dcp < 1:
+        # Rule S04 refuses such a plan; a view of it (a dry run, --force S04) says why
+        # there is no figure rather than dividing by the count.
+        return None, f"a parallel size below 1 (tensor {tp}, decode context {dcp})"
     try:
         return decode_roofline(plan), None
     except PlanError as error:
