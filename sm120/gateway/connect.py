@@ -235,14 +235,16 @@ def _claude_env(endpoint: Endpoint, chosen: str, served: Backend | None) -> dict
             # Read for every name, known ones too; below 100k it reads as 100k, so it is
             # left out there (MAX_CONTEXT_TOKENS carries the window).
             env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(window)
-        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(output_tokens(window))
+        prompt = known.prompt_tokens if known is not None else 0
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(output_tokens(window, prompt))
     return env
 
 
-def output_tokens(window: int) -> int:
+def output_tokens(window: int, prompt_tokens: int) -> int:
     """What an answer may ask for: a quarter of the window, so a long conversation still
-    fits beside it (vLLM refuses a request whose prompt plus max_tokens exceeds the window)."""
-    return min(MAX_OUTPUT_TOKENS, window // OUTPUT_SHARE)
+    fits beside it, and never more than the window leaves beside the client's own prompt
+    (vLLM refuses a request whose prompt plus max_tokens exceeds the window)."""
+    return max(1, min(MAX_OUTPUT_TOKENS, window // OUTPUT_SHARE, window - prompt_tokens))
 
 
 def warnings_for(settings: ClientSettings) -> list[str]:
