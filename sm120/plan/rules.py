@@ -9,16 +9,20 @@ fixed upstream stops blocking the newer engines, and keeps blocking the old ones
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
 from sm120.core.suggest import did_you_mean
 from sm120.logs.failures import load_catalogue
+from sm120.plan.derive import read_config
 from sm120.plan.hardware import Hardware
+from sm120.plan.positions import ALLOW_LONG, effective_config, position_limit
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
 from sm120.recipe.kv_tiers import tier_refusal
@@ -172,6 +176,37 @@ def _cpu_ray(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
             "vLLM's CPU build refuses the Ray executor ('current platform cpu does not support "
             "ray'); use the native multi-node executor (multinode.executor=native)"
         )
+
+
+@rule("S09", "error", "max-model-len within the checkpoint's positions")
+def _positions(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    # vLLM checks this only once the weights are loaded (42 s in for the tiny model, a
+    # traceback): the same check, from the recipe or the checkpoint's config.json, up front.
+    wanted = plan.arg("max-model-len")
+    dims = plan.model.dims
+    if plan.engine != "vllm" or not isinstance(wanted, int) or wanted <= 0:
+        return
+    if plan.env_dict.get(ALLOW_LONG) in ("1", "true", "True"):
+        return
+    checkpoint = read_config(Path(plan.model_dir)) if plan.model_dir else None
+    if checkpoint is None and dims is None:
+        return
+    source = "config.json" if checkpoint is not None else "the recipe's model.dims"
+    positions = dims.max_position_embeddings if dims is not None else 0
+    overrides = plan.arg("hf-overrides")
+    limit = position_limit(
+        effective_config(checkpoint, positions, overrides), plan.image.engine_version
+    )
+    if limit is None or wanted <= limit.tokens:
+        return
+    stretched = {**(overrides if isinstance(overrides, dict) else {})}
+    stretched["max_position_embeddings"] = wanted
+    yield (
+        f"max-model-len {wanted} is above the checkpoint's {limit.tokens} positions "
+        f"({limit.key} in {source}), which vLLM refuses after loading the weights; stretch "
+        f"them (RoPE models) with --set 'hf-overrides={json.dumps(stretched)}' or lower "
+        "max-model-len"
+    )
 
 
 @rule("F02", "error", "attention backend names are uppercase enum names")
