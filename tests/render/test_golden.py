@@ -40,6 +40,7 @@ CASES = [
     ("qwen38flash", ()),
     ("qwen38flash", ("seed",)),
     ("tiny", ()),
+    ("tiny", ("agent",)),
 ]
 
 
