@@ -10,6 +10,8 @@ from typing import Protocol
 
 from sm120.gateway.backends import Backend
 from sm120.gateway.relay import (
+    NO_RETRY,
+    NO_RETRY_STATUSES,
     READ_TIMEOUT_S,
     ROUTE_MISS_BYTES,
     engine_headers,
@@ -100,6 +102,8 @@ class Exchange:
             self._forwarded = True
             part = bytes(self._held)
             self._held.clear()
+            if status in NO_RETRY_STATUSES:
+                part = with_no_retry(part)
         self.client.send(part)
         if self.framing.done:
             self._finish(ANSWERED)
@@ -140,6 +144,16 @@ class Exchange:
             self.client.send(error_bytes(502, message, "bad_gateway", deployment=self.deployment))
         self._extra = True  # the engine may still answer: never reuse the socket
         self._finish(ANSWERED if not self._forwarded else CUT)
+
+
+_NO_RETRY_LINE = f"{NO_RETRY}: false\r\n".encode()
+
+
+def with_no_retry(answer: bytes) -> bytes:
+    """The engine's answer (its whole head in hand) with `x-should-retry: false` after the
+    status line, as the application's relay adds it (relay.no_retry_headers)."""
+    line_end = answer.find(b"\r\n") + 2
+    return answer[:line_end] + _NO_RETRY_LINE + answer[line_end:]
 
 
 def upstream_request(

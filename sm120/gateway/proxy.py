@@ -28,6 +28,7 @@ from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
     BODY_READ_TIMEOUT_S,
     RESPONSE_ID_PATHS,
+    no_retry_headers,
     openai_error,
     relay,
     relay_by_id,
@@ -167,7 +168,9 @@ def build_app(
 ) -> web.Application:
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
     prompt normaliser); None sends bodies as they came."""
-    app = web.Application(middlewares=[_key_guard(api_key)], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[_no_retry_marker, _key_guard(api_key)], client_max_size=MAX_BODY_BYTES
+    )
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
@@ -195,6 +198,20 @@ def presented_key(headers: Mapping[str, str]) -> bytes:
     if authorization[:7].lower() == "bearer ":
         return authorization[7:].strip().encode()
     return headers.get("x-api-key", "").strip().encode()
+
+
+@web.middleware
+async def _no_retry_marker(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own answers (a path with no route, a method it does not take, a body over
+    the limit) say `x-should-retry: false` as the gateway's do (relay.NO_RETRY_STATUSES)."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.update(no_retry_headers(exc.status))
+        raise
+    if not response.prepared:
+        response.headers.update(no_retry_headers(response.status))
+    return response
 
 
 def _key_guard(api_key: str) -> Middleware:

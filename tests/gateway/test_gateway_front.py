@@ -318,7 +318,9 @@ def test_a_body_not_sent_in_time_is_408_and_an_idle_connection_is_closed(
     assert idle == b"" and half_head == b""
 
 
-def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes() -> None:
+def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes_marked_final() -> (
+    None
+):
     miss = b'HTTP/1.1 404 Not Found\r\ncontent-length: 22\r\n\r\n{"detail":"Not Found"}'
     own = b'HTTP/1.1 404 Not Found\r\ncontent-length: 18\r\n\r\n{"error":"no such"}'[:-1]
     own = own.replace(b"18", b"%d" % len(b'{"error":"no such"'))
@@ -332,9 +334,28 @@ def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes() 
             return answers
 
     miss_answer, own_answer = run(scenario())
-    assert miss_answer.startswith(b"HTTP/1.1 501")
+    assert miss_answer.startswith(b"HTTP/1.1 501 Not Implemented\r\nx-should-retry: false\r\n")
     assert b"(its engine) does not serve /v1/chat/completions (chat)" in miss_answer
-    assert own_answer == own
+    # The engine's own 404 passes byte for byte, but for the line that ends a client's retries.
+    assert own_answer == own.replace(b"Found\r\n", b"Found\r\nx-should-retry: false\r\n", 1)
+
+
+@pytest.mark.parametrize(("status", "final"), [(400, True), (429, False), (503, False)])
+def test_the_engines_answers_a_retry_cannot_change_say_so_on_the_fast_path(
+    status: int, final: bool
+) -> None:
+    body = b'{"error":"x"}'
+    answer = b"HTTP/1.1 %d Whatever\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
+
+    async def scenario() -> bytes:
+        async with gateway(Engine(answers=[answer])) as the_front:
+            reader, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
+            writer.write(request(CHAT))
+            return (await read_answers(reader, 1))[0]
+
+    got = run(scenario())
+    assert (b"\r\nx-should-retry: false\r\n" in got) is final
+    assert got.endswith(body)
 
 
 def test_a_large_answer_to_a_slow_reader_arrives_whole() -> None:

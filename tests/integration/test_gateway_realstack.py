@@ -305,6 +305,60 @@ def test_openai_sdk_forced_tool_call_arguments_fit_the_schema(stack: dict[str, A
     assert completion.usage is not None and completion.usage.prompt_tokens > 0
 
 
+def test_a_clients_tool_definitions_reach_the_engines_prompt(stack: dict[str, Any]) -> None:
+    """The tiny model's chat template renders `tools` (it dropped them once): what the engine
+    is asked holds the tool, and an Anthropic client's tools count in its prompt."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    body = {"model": ALIAS, "messages": ASK, "tools": [tool]}
+    tokens = httpx.post(
+        f"{stack['gateway']}/tokenize", json=body, headers=_auth(stack["key"]), timeout=30
+    ).json()["tokens"]
+    prompt = httpx.post(
+        f"{stack['gateway']}/detokenize", json={"model": ALIAS, "tokens": tokens},
+        headers=_auth(stack["key"]), timeout=30,
+    ).json()["prompt"]  # fmt: skip
+    assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in prompt
+    assert "within <tool_call></tool_call>" in prompt
+    client = _anthropic(stack)
+    bare = client.messages.count_tokens(model=ALIAS, messages=ASK).input_tokens
+    with_tool = client.messages.count_tokens(model=ALIAS, messages=ASK, tools=[WEATHER_TOOL])
+    assert with_tool.input_tokens > bare + 50
+
+
+def _counting_client(sent: list[str]) -> httpx.Client:
+    return httpx.Client(event_hooks={"request": [lambda request: sent.append(request.url.path)]})
+
+
+def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str, Any]) -> None:
+    """The official SDKs retry twice by default, and always on a 5xx; x-should-retry: false on
+    a wrong key and on a protocol the engine lacks (the engine's route miss, a 501) ends that
+    at the first answer. Without the header the 501 costs three requests and their backoff."""
+    import anthropic
+    import openai
+
+    sent: list[str] = []
+    wrong_key = anthropic.Anthropic(
+        base_url=stack["gateway"], api_key="wrong", max_retries=2, timeout=60,
+        http_client=_counting_client(sent),
+    )  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        wrong_key.messages.create(model=ALIAS, max_tokens=2, messages=ASK)
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    assert sent == ["/v1/messages"]
+    sdk = openai.OpenAI(
+        base_url=f"{stack['gateway']}/v1", api_key=stack["key"], max_retries=2, timeout=60,
+        http_client=_counting_client(sent),
+    )  # fmt: skip
+    with pytest.raises(openai.APIStatusError) as lacking:
+        sdk.embeddings.create(model="tiny-a", input="hello")
+    took = time.monotonic() - started
+    assert lacking.value.status_code == 501
+    assert "does not serve /v1/embeddings" in lacking.value.message
+    assert sent == ["/v1/messages", "/v1/embeddings"]
+    assert took < 5  # two answers, no backoff (the SDKs wait 0.5-8 s between tries)
+
+
 def test_tokenize_is_routed_by_model_and_needs_the_key(stack: dict[str, Any]) -> None:
     body = {"model": ALIAS, "prompt": "hello there"}
     refused = httpx.post(f"{stack['gateway']}/tokenize", json=body, timeout=30)
