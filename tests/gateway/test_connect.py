@@ -258,14 +258,14 @@ def test_a_context_too_small_for_the_clients_own_prompt_is_refused_up_front(
     assert (code, out, one_line_error(err)) == (
         2,
         "",
-        "Error: deployment dep-small holds 1,024 tokens; claude-code's own prompt is ~11,000 "
-        "(with a reply: 12,024) (hint: relaunch it with a larger context: sm120 launch RECIPE "
-        "--set max-model-len=16384 (tiny: sm120 launch tiny -V agent), then rerun sm120 "
+        "Error: deployment dep-small holds 1,024 tokens; claude-code's own prompt is ~16,000 "
+        "(with a reply: 17,024) (hint: relaunch it with a larger context: sm120 launch RECIPE "
+        "--set max-model-len=32768 (tiny: sm120 launch tiny -V agent), then rerun sm120 "
         "connect)",
     )
     assert not (_home() / ".claude").exists()
     code, _, err = invoke(cli, "connect", "codex", "dep-small")
-    assert code == 2 and "codex's own prompt is ~9,000" in err
+    assert code == 2 and "codex's own prompt is ~12,000" in err
 
 
 def test_a_relaunch_with_another_context_is_noticed(
