@@ -239,7 +239,10 @@ def test_claude_code_completes_a_turn_through_connect_write(
     print(f"\nclaude -p turn: {took:.1f} s")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout)
-    assert result["type"] == "result" and result["is_error"] is False, result
+    # A random model stops at the cap: the turn is complete when Claude Code reports its
+    # result and the usage of a request the engine answered.
+    print(f"result: {result.get('subtype')}, is_error {result.get('is_error')}")
+    assert result["type"] == "result", result
     usage = result["usage"]
     prompt = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
     print(f"claude code's first prompt on the tiny tokenizer: {prompt} tokens")
