@@ -39,8 +39,8 @@ CLIENTS_DIR = Path(
 # What .ci/run installs (and the versions every setting connect writes was read in).
 CLAUDE = CLIENTS_DIR / "node_modules" / ".bin" / "claude"
 CODEX = CLIENTS_DIR / "node_modules" / ".bin" / "codex"
-# Codex sends no max_output_tokens; tiny-a's generation config caps a reply at 64 tokens
-# (random weights rarely stop), and Claude Code is given the same cap.
+# Codex sends no max_output_tokens: it talks to tiny-b, whose generation config caps a reply
+# at 64 tokens (random weights rarely stop); Claude Code is given the same cap itself.
 REPLY_CAP = 64
 WORDS = {"type": "string", "enum": ["ls", "pwd"]}
 EXEC_TOOL = {
@@ -254,7 +254,7 @@ def test_codex_completes_a_turn_through_connect_write(
 ) -> None:
     _need(CODEX)
     env = _user(stack, tmp_path)
-    out = _connect(env, "codex", "tiny-a", "--write")
+    out = _connect(env, "codex", "tiny-b", "--write")
     assert out.splitlines()[-1] == "then: codex -p sm120"
     argv = [str(CODEX), "exec", "-p", "sm120", "--skip-git-repo-check", "--json", "say hi"]
     done, took = _run(argv, env, tmp_path, 300)
@@ -276,7 +276,7 @@ def test_a_wrong_key_ends_both_clients_within_seconds(
     _need(CODEX)
     env = _user(stack, tmp_path)
     _connect(env, "claude-code", "tiny-a", "--write")
-    _connect(env, "codex", "tiny-a", "--write")
+    _connect(env, "codex", "tiny-b", "--write")
     wrong = tmp_path / "wrong-key"
     wrong.write_text("not-the-key")
     settings = Path(env["HOME"]) / ".claude" / "settings.json"
@@ -306,7 +306,7 @@ def test_a_gateway_that_is_down_ends_claude_code_in_seconds_and_codex_waits(
     _need(CODEX)
     env = _user(stack, tmp_path)
     _connect(env, "claude-code", "tiny-a", "--write")
-    _connect(env, "codex", "tiny-a", "--write")
+    _connect(env, "codex", "tiny-b", "--write")
     # Nothing listens there: as after `sm120 gateway stop`.
     from tests.helpers import free_port
 

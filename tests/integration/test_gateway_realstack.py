@@ -34,12 +34,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     home = tmp_path_factory.mktemp("home")
     ports = {name: free_port() for name in MODELS}
     for name in MODELS:
-        # tiny-a is the agent variant (64k context, hermes tools) that Claude Code's own
-        # prompt fits, with a default reply cap for clients that send none (Codex):
-        # tests/integration/agent_protocol.py drives the real clients against it.
-        agent = ("-V", "agent", "--set", 'override-generation-config={"max_new_tokens": 64}')
+        # Both are the agent variant (64k context, hermes tools) that Claude Code's and
+        # Codex's own prompts fit; tiny-b also caps every reply (vLLM reads the generation
+        # config's max_new_tokens as a cap, not only a default) for Codex, which sends no
+        # max_output_tokens: tests/integration/agent_protocol.py drives the real clients.
+        agent = ("-V", "agent")
+        if name == "tiny-b":
+            agent += ("--set", 'override-generation-config={"max_new_tokens": 64}')
         launched = sm120(
-            home, "launch", "tiny", *(agent if name == "tiny-a" else ()),
+            home, "launch", "tiny", *agent,
             "--name", name, "--set", f"model.served_name={name}",
             "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor",
             # What a coding agent's deployment runs with: vLLM 0.32 refuses a named
