@@ -43,8 +43,10 @@ from sm120.gateway.files import GatewayFiles
 __all__ = ["ConnectError"]
 
 CLIENTS = ("claude-code", "codex", "openai")
-# The provider id, and the profile (`codex -p sm120`: $CODEX_HOME/sm120.config.toml).
-CODEX_PROVIDER = "sm120"
+# The provider id, and the profile (`codex -p sm120`: $CODEX_HOME/sm120.config.toml). Not
+# "sm120": older versions of connect wrote a [model_providers.sm120] with env_key into the
+# user's config.toml, and the profile's table would be merged over it.
+CODEX_PROVIDER = "sm120-local"
 CODEX_PROFILE = "sm120"
 CODEX_KEY_ENV = "SM120_API_KEY"
 # Agents send long prompts: a cold prefill of 100k tokens can take minutes (Claude Code's

@@ -192,7 +192,8 @@ def test_codex_gets_a_profile_of_its_own_and_the_users_config_is_untouched(
     code, out, _ = invoke(cli, "connect", "codex", "--model", "fast", "--write")
     profile = _home() / ".codex" / "sm120.config.toml"
     assert code == 0 and out.splitlines() == [
-        f"wrote {profile}: model, model_provider, model_context_window, [model_providers.sm120]",
+        f"wrote {profile}: model, model_provider, model_context_window, "
+        "[model_providers.sm120-local]",
         "undo: sm120 connect codex --undo",
         "then: codex -p sm120",
     ]
@@ -201,7 +202,7 @@ def test_codex_gets_a_profile_of_its_own_and_the_users_config_is_untouched(
     jsonschema.validate(parsed, _schema("codex_config.subset.json"))
     # The alias the user asked for in the model slot, the window of what it reaches.
     assert (parsed["model"], parsed["model_context_window"]) == ("fast", 32768)
-    assert parsed["model_providers"]["sm120"] == {
+    assert parsed["model_providers"]["sm120-local"] == {
         "name": "sm120 (the gateway)",
         "base_url": f"{gateway['root']}/v1",
         "wire_api": "responses",
@@ -211,7 +212,7 @@ def test_codex_gets_a_profile_of_its_own_and_the_users_config_is_untouched(
         "auth": {"command": "cat", "args": [gateway["key_file"]]},
     }
     # The key is found by a command, in a shell that exported nothing.
-    auth = parsed["model_providers"]["sm120"]["auth"]
+    auth = parsed["model_providers"]["sm120-local"]["auth"]
     found = subprocess.run([auth["command"], *auth["args"]], env={}, capture_output=True)
     assert found.stdout.decode().strip() == gateway["key"]
     assert gateway["key"] not in profile.read_text()
