@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -117,3 +118,12 @@ def status(as_json: bool = typer.Option(False, "--json", help="JSON on stdout.")
 
     current = gateway_status(gateway_files(create=False))
     typer.echo(json.dumps(current.as_dict(), indent=2) if as_json else current.describe())
+    if not as_json:
+        from sm120.core.errors import SM120Error
+        from sm120.gateway.connect import stale_writes
+
+        # A client set up for a context window the deployment no longer has; an unreadable
+        # record is connect's to report, not the gateway's.
+        with contextlib.suppress(SM120Error):
+            for line in stale_writes():
+                typer.echo(f"stale: {line}", err=True)
