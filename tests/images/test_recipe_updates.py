@@ -31,7 +31,6 @@ KIMI_TAG = "kimi-k3-kk-cu134-tp9-dspark-k5-20260922-r1"
 KIMI_NEWER = "kimi-k3-kk-cu134-tp9-dspark-k5-20261020-r1"
 # Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
 KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
-NOT_COMPARED = KARMIC_NOT_COMPARED  # a Gilded Gnosis tag ends in its release, not its date
 GG_R18 = "gilded-gnosis-v20-vllmab358b1-sib2bff71-fi801d57a-cu132-20260801-r18"
 GG_R33 = "gilded-gnosis-v20-vllmfa13d33-b12x06db0f4-fi1ac6942-cu132-20260809-r33"
 # repository -> pages of tags; each page but the last links to the next
@@ -149,8 +148,7 @@ EXPECTED = [
     "the pinned tag is not a version or a dated build",
     "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
     "dsv4 (r7)                image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
-    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
-    "or a dated build",
+    "fi1ac6942-cu133-torch213-20260813-r7  no newer build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     f"dsv4vision (default)     image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
@@ -158,8 +156,9 @@ EXPECTED = [
     "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
     "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
-    f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  {NOT_COMPARED}",
-    f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  {NOT_COMPARED}",
+    # dated builds with a rebuild number are ordered now (recipe/updates.py): none newer here
+    f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  no newer build",
+    f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  no newer build",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     f"kimik3 (default)         image voipmonitor/vllm:{KIMI_TAG}  newer: {KIMI_NEWER}",

@@ -72,7 +72,7 @@ def test_s10_refuses_tp_that_does_not_divide_the_heads_on_an_upstream_release() 
     # glm47's GLM-4.7: 96 attention heads, 8 KV heads, on vLLM 0.15.1
     message = failed("glm47", "S10", "tensor-parallel-size=9", hardware=NINE)
     assert message == (
-        "96 attention heads are not divisible by tensor-parallel-size 9: vLLM 0.15.1 refuses "
+        "96 attention heads are not divisible by tensor-parallel-size 9: vLLM 0.16.0 refuses "
         "it at startup; use a TP that divides 96 (1, 2, 3, 4, 6 or 8)"
     )
 

@@ -70,6 +70,7 @@ def test_a_figure_the_recipe_already_publishes_is_not_named() -> None:
         ("model", 4),
         ("figure", 2),
         ("figure", 4),
+        ("model", 2),  # DeepSeek-V4-Flash-Vision-Exp, served by dsv4vision
     ]
     figure = PublishedFigure(
         tok_s=236.5,

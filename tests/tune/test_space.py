@@ -71,7 +71,7 @@ def test_a_knob_also_fixed_on_the_command_line_is_refused() -> None:
 def test_an_unknown_variant_is_refused() -> None:
     assert space_error({"variants": ["gpus"]}) == (
         "tune: variant 'gpus' is not a variant of 'tiny'; did you mean 'gpu'? "
-        "(hint: variants: 2node, gpu)"
+        "(hint: variants: 2node, agent, gpu)"
     )
 
 
