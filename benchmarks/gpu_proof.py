@@ -662,6 +662,10 @@ def plan_tokens(
         "plan", case["recipe"], "--gpus", str(tp), "--kv-memory-gib", str(PLANNER_KV_GIB),
         "--model-dir", str(model), "--max-model-len", str(case["context"]), "--json",
     ]  # fmt: skip
+    if case["recipe"] == "dsv4":
+        # the proof's DeepSeek-V4 plans start from PR #41834's engine command (the former
+        # default): the r7 default is a launcher route, whose flags --set cannot reach
+        argv += ["-V", "pr41834"]
     for setting in settings:
         argv += ["--set", setting]
     result = sm120(home, args.vllm_python, *argv, timeout=120)

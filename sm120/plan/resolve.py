@@ -1,8 +1,9 @@
 """Resolve a recipe into an immutable launch plan.
 
 One resolution order, lowest first:
-  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < tuned
-  (`sm120 tune`'s result for this host, deploy/tuned.py) < command line
+  recipe defaults < variants (in the order given; each after the variants it extends, base
+  first) < .env < environment (SM120_*) < tuned (`sm120 tune`'s result for this host,
+  deploy/tuned.py) < command line
 then values derived from the checkpoint (index_topk_pattern) are merged in, unless the command
 line already set them. Every arg and variable remembers which layer set it.
 """
@@ -46,6 +47,7 @@ from sm120.recipe.schema import (
     Speculative,
     Timeouts,
     Variant,
+    variant_chain,
 )
 
 THINKING_OFF_VARIANT = "no-think"
@@ -228,6 +230,12 @@ def _keep_dims(work: _Work, previous: dict[str, Any]) -> None:
         work.model["dims"] = previous["dims"]
 
 
+def _forget(provenance: dict[str, str], prefix: str) -> None:
+    """A replaced section's settings are gone, and so is the record of who set them."""
+    for key in [key for key in provenance if key.startswith(prefix)]:
+        del provenance[key]
+
+
 def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
     layer = f"variant {name}"
     previous_model = work.model
@@ -235,8 +243,10 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.engine = variant.engine
     if variant.replace_args:
         work.args = {}
+        _forget(work.provenance, "args.")
     if variant.replace_env:
         work.env = {}
+        _forget(work.provenance, "env.")
     for section in ("model", "image", "hardware"):
         replacement = getattr(variant, section)
         if replacement is not None:
@@ -268,6 +278,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.kv_tier = variant.kv_tier.model_dump()
     if variant.launcher is not None:
         work.launcher = variant.launcher.model_dump()
+    elif "launcher" in variant.model_fields_set:  # launcher: null, the engine command again
+        work.launcher = None
 
 
 def _changes_serving(variant: Variant) -> bool:
@@ -281,7 +293,7 @@ def _changes_serving(variant: Variant) -> bool:
         or variant.replace_args
         or variant.speculative
         or variant.kv_tier
-        or variant.launcher
+        or "launcher" in variant.model_fields_set
     )
 
 
@@ -532,8 +544,14 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
     ]
     variants = _select_variants(recipe, request, layers)
     work = _start(recipe)
-    for name in variants:
-        _apply_variant(work, name, recipe.variants[name])
+    applied: set[str] = set()
+    for chosen in variants:
+        # A variant written on another is applied on it, each base once (-V tp4 -V nvfp4 on
+        # the same base keeps tp4's flags); only the chosen names name the plan.
+        for name in variant_chain(recipe, chosen):
+            if name not in applied:
+                _apply_variant(work, name, recipe.variants[name])
+                applied.add(name)
     _apply_knobs(work, layers[0], ".env")
     _apply_knobs(work, layers[1], "environment")
     _apply_knobs(work, KnobValues(sets=list(request.tuned)), "tuned")

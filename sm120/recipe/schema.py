@@ -866,6 +866,12 @@ class Tune(Strict):
 
 class Variant(Strict):
     description: str = Field(description="What the variant changes and when to pick it.")
+    extends: str | None = Field(
+        None,
+        description="Another variant this one is written on top of (applied first, after the "
+        "recipe's defaults): variants written for a former default extend the variant that "
+        "keeps it, so they render as before when the default moves.",
+    )
     engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
     replace_args: bool = Field(
         False, description="Start from empty args instead of the recipe's (engine switches)."
@@ -896,7 +902,9 @@ class Variant(Strict):
         None, description="A KV tier beyond the GPU for this variant (replaces the recipe's)."
     )
     launcher: Launcher | None = Field(
-        None, description="Run the image's own entrypoint with these knobs (replaces the recipe's)."
+        None,
+        description="Run the image's own entrypoint with these knobs (replaces the recipe's); "
+        "null drops the recipe's launcher, so sm120 builds the engine command again.",
     )
     tune: Tune | None = Field(
         None, description="What `sm120 tune` searches for this variant (replaces the recipe's)."
@@ -984,6 +992,12 @@ class Recipe(Strict):
         return self
 
     @model_validator(mode="after")
+    def _extends_known_variants(self) -> Recipe:
+        for name in self.variants:
+            variant_chain(self, name)  # raises on an unknown base or a cycle
+        return self
+
+    @model_validator(mode="after")
     def _one_seed(self) -> Recipe:
         seeds = [name for name, variant in self.variants.items() if variant.seed]
         if len(seeds) > 1:
@@ -992,3 +1006,16 @@ class Recipe(Strict):
                 "seed, keep seed: true on that one"
             )
         return self
+
+
+def variant_chain(recipe: Recipe, name: str) -> tuple[str, ...]:
+    """The variants `name` stands for, base first: those it extends, then itself."""
+    chain = [name]
+    while (base := recipe.variants[chain[-1]].extends) is not None:
+        if base not in recipe.variants:
+            raise ValueError(f"variant {chain[-1]} extends '{base}', which is no variant")
+        if base in chain:
+            loop = " -> ".join([*chain[chain.index(base) :], base])
+            raise ValueError(f"variants extend each other in a cycle: {loop}")
+        chain.append(base)
+    return tuple(reversed(chain))

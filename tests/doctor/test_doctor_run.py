@@ -55,11 +55,11 @@ def test_a_gpu_box_through_nvidia_smi() -> None:
 
 
 def test_the_same_box_blocks_a_recipe_that_wants_the_memory() -> None:
-    needs = needs_from_plan(resolve(PlanRequest(recipe="dsv4")))
+    needs = needs_from_plan(resolve(PlanRequest(recipe="dsv4", variants=("pr41834",))))
     result = run_doctor(needs, machine=machine(gpu_box()))
     found = by_id(result.findings)
     assert found["gpu0-memory"].severity == "error" and found["gpu0-memory"].failure == "F18"
-    assert found["interconnect"].severity == "ok"  # dsv4 sets NCCL_P2P_DISABLE=1
+    assert found["interconnect"].severity == "ok"  # dsv4 -V pr41834 sets NCCL_P2P_DISABLE=1
     assert not result.ok
     assert result.document()["blocking"] == ["gpu0-memory"]
 

@@ -105,9 +105,10 @@ def test_entrypoint_refuses_a_recipe_the_image_does_not_carry(
 def test_entrypoint_refuses_an_engine_the_image_does_not_carry(
     image_files: dict[str, Path],
 ) -> None:
-    image_files["manifest"].write_text(json.dumps(_manifest("dsv4")))
+    # the former default's PR #41834 image, which the variants written on it share
+    image_files["manifest"].write_text(json.dumps(_manifest("dsv4", ("pr41834",))))
     result = entrypoint(image_files, {"RECIPE": "dsv4", "VARIANT": "sglang"})
-    vllm_image = resolve(PlanRequest(recipe="dsv4")).image_ref
+    vllm_image = resolve(PlanRequest(recipe="dsv4", variants=("pr41834",))).image_ref
     sglang_image = resolve(PlanRequest(recipe="dsv4", variants=("sglang",))).image_ref
     assert result.returncode == 2
     assert result.stderr == (
@@ -189,7 +190,7 @@ def test_healthcheck_fails_when_nothing_listens() -> None:
 
 def test_entrypoint_prints_the_plans_warnings(image_files: dict[str, Path]) -> None:
     """The same warnings `sm120 launch` shows: NVFP4 DeepSeek-V4 leaves less KV room (F24)."""
-    image_files["manifest"].write_text(json.dumps(_manifest("dsv4")))
+    image_files["manifest"].write_text(json.dumps(_manifest("dsv4", ("pr41834",))))
     result = entrypoint(image_files, {"RECIPE": "dsv4", "VARIANT": "nvfp4"})
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith("sm120: warning [F24]: ")

@@ -436,3 +436,9 @@ def test_glm47_former_default_builds_the_image_it_did() -> None:
     # seed-pinned keeps glm47's default until 2026-12: same tag, same Dockerfile, same base
     former = (REPO / "tests/golden/former/image-glm47.json").read_text()
     assert (GOLDEN / "glm47--seed-pinned.json").read_text() == former
+
+
+def test_dsv4_former_default_builds_the_image_it_did() -> None:
+    # pr41834 keeps dsv4's default until 2026-12: PR #41834's stable tag on FlashInfer 0.6.13
+    former = (REPO / "tests/golden/former/image-dsv4.json").read_text()
+    assert (GOLDEN / "dsv4--pr41834.json").read_text() == former

@@ -138,8 +138,10 @@ def test_refresh_writes_the_digest_into_recipe_and_dockerfile(
         pinned = refresh_pins(root, "dsv4", bases, client)
     assert [(p.ref, p.digest) for p in pinned] == [("nvidia/cuda:12.9.1-devel-ubuntu24.04", DIGEST)]
     recipe = load_recipe_file(root / "recipes/dsv4.yaml")
-    assert recipe.image.digest == DIGEST
-    # the flashinfer-decode variant builds FROM the same base: pinned too; sglang's is another
+    # the former default (pr41834) and the flashinfer-decode variant build FROM that base: both
+    # pinned; the default's r7 image keeps the digest its page states, sglang's is another
+    assert recipe.variants["pr41834"].image.digest == DIGEST  # type: ignore[union-attr]
+    assert recipe.image.digest == load_recipe_file(REPO / "recipes/dsv4.yaml").image.digest
     assert recipe.variants["flashinfer-decode"].image.digest == DIGEST  # type: ignore[union-attr]
     assert recipe.variants["sglang"].image.digest is None  # type: ignore[union-attr]
     dockerfile = (root / "images/dsv4/Dockerfile").read_text()

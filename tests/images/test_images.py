@@ -147,7 +147,7 @@ def test_bad_runtime_options_fail_in_one_line(
 
 
 def test_build_plan_tags_by_image_hash_and_passes_the_pinned_base() -> None:
-    plan = resolve(PlanRequest(recipe="dsv4"))
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("pr41834",)))
     described, tar = plan_build(plan, BuildOptions())
     assert described.tag == f"sm120/dsv4:{plan.image_hash}"
     assert described.dockerfile == "images/dsv4/Dockerfile"
@@ -223,7 +223,7 @@ def test_build_arg_needs_key_and_value(cli: CliRunner) -> None:
 
 
 def test_manifest_round_trips_through_labels() -> None:
-    plan = resolve(PlanRequest(recipe="dsv4"))
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("pr41834",)))
     manifest = make_manifest(
         plan,
         tag=plan.image_ref,

@@ -140,15 +140,16 @@ def _image_rows(out: str) -> list[dict[str, Any]]:
 
 
 EXPECTED = [
-    f"dsv4 (default)           git   {GIT}  not watched: engine built from a git ref: "
+    "dsv4 (default)           image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
+    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
+    "or a dated build",
+    f"dsv4 (pr41834)           git   {GIT}  not watched: engine built from a git ref: "
     "compare by hand (pinned commit c766cbc6ff)",
     f"dsv4 (dspark)            image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
     "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
-    "dsv4 (r7)                image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
-    "fi1ac6942-cu133-torch213-20260813-r7  no newer build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
     f"dsv4vision (default)     image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "

@@ -126,7 +126,7 @@ def test_glm47_native_tier_passes_k01() -> None:
     [
         ("glm52", NATIVE_32, (), "KeyError ... indexer.k_cache"),
         ("glm52", ("kv_tier.backend=lmcache", "kv_tier.cpu_gib=8"), (), "LMCache/LMCache#1989"),
-        ("dsv4", NATIVE_32, (), "vllm-project/vllm#43093"),
+        ("dsv4", NATIVE_32, ("pr41834",), "vllm-project/vllm#43093"),
         ("dsv4", NATIVE_32, ("sglang",), "sm120 renders the KV tier for vLLM only"),
         (
             "glm47",

@@ -60,15 +60,17 @@ def test_the_list_covers_the_recipes_that_were_refused() -> None:
     assert {"dsv41", "glm53flash", "qwen38flash"} <= names
 
 
-def test_only_kimi_k3_has_a_weight_format_the_estimate_cannot_size() -> None:
-    """Kimi-K3's QSRT-K2 (two-bit trellis-coded experts, MXFP8 dense weights) has no published
-    bytes per parameter and no stored source states its resident size; no other recipe may
-    join it unnoticed."""
+def test_only_trellis_coded_checkpoints_have_a_weight_format_the_estimate_cannot_size() -> None:
+    """Kimi-K3's QSRT-K2 (two-bit trellis-coded experts, MXFP8 dense weights) and glm52
+    exl3-tp4's EXL3 (trellis-coded experts at the checkpoint's own bpw, 3.0 here, dense layers
+    converted to MXFP8 online at load) have no fixed bytes per parameter, and no stored source
+    states their resident size; no other recipe or variant may join them unnoticed."""
     unsized = {
-        name
+        (name, variant)
         for name, variant in _cases()
         if (model := plan_for(name, *((variant,) if variant else ())).plan.model).weights_gib
         is None
         and model.quantization.lower() not in EXPERT_BYTES
     }
-    assert unsized <= {"kimik3"}
+    assert {name for name, _ in unsized} <= {"kimik3", "glm52"}
+    assert {pair for pair in unsized if pair[0] == "glm52"} <= {("glm52", "exl3-tp4")}

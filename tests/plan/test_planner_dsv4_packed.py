@@ -23,14 +23,16 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import reduced_models
 
 GIB = 1024**3
-FORK = "sm120-pr-41834-stable-preview-20260626"  # the dsv4 recipe's image.engine_version
+FORK = "sm120-pr-41834-stable-preview-20260626"  # dsv4 pr41834's image.engine_version
 
 
 def plan_reduced(cli: CliRunner, tmp_path: Path, tp: int, *sets: str) -> dict[str, Any]:
-    """`sm120 plan dsv4` with the GPU proof's inputs: the reduced 8-layer checkpoint config,
-    4 GiB of KV per GPU, 32,768 tokens, 256-token blocks, fp8, 4,096 batched tokens."""
+    """`sm120 plan dsv4 -V pr41834` (the default the proof ran on) with the GPU proof's inputs:
+    the reduced 8-layer checkpoint config, 4 GiB of KV per GPU, 32,768 tokens, 256-token
+    blocks, fp8, 4,096 batched tokens."""
     model = reduced_models.write_reduced("dsv4", tmp_path / "dsv4")
-    argv = ["plan", "dsv4", "--gpus", str(tp), "--kv-memory-gib", "4", "--model-dir", str(model)]
+    argv = ["plan", "dsv4", "-V", "pr41834", "--gpus", str(tp), "--kv-memory-gib", "4"]
+    argv += ["--model-dir", str(model)]
     argv += ["--max-model-len", "32768", "--json"]
     settings = (
         f"tensor-parallel-size={tp}",

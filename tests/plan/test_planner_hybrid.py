@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sm120.core.errors import PlanError
+from sm120.plan.fit import kv
 from sm120.plan.fit.dims import known_dims, load_dims
 from sm120.plan.fit.hybrid import HybridShape, hybrid, mamba_mode, state_bytes
 from sm120.recipe.loader import load_recipe
@@ -252,8 +253,9 @@ def test_a_recipe_naming_a_known_checkpoint_needs_no_dims(cli: CliRunner) -> Non
     assert "(745,472 B of state each, padded to the 884,736 B page); 1536-token blocks" in layout
 
 
-def _bytes_per_token(cli: CliRunner, recipe: str, *sets: str) -> float:
+def _bytes_per_token(cli: CliRunner, recipe: str, *sets: str, variant: str = "") -> float:
     args = [arg for value in sets for arg in ("--set", value)]
+    args += ["-V", variant] if variant else []
     code, out, err = invoke(cli, "plan", recipe, "--gpus", "2", "--kv-memory-gib", "20",
                             "--max-model-len", "262144", "--json", *args)  # fmt: skip
     assert code == 0, err
@@ -264,21 +266,35 @@ def test_nvfp4_ds_mla_stores_360_bytes_where_fp8_ds_mla_stores_584(cli: CliRunne
     # rtx6kpro models/ds4dspark-nvfp4-kv.md (TP 2, 262K, max-num-batched-tokens 2048):
     # 15.3 KB/token with fp8_ds_mla, 10.4 KB/token with nvfp4_ds_mla, "1.47x"
     common = ("max-num-batched-tokens=2048", "image.engine_version=DSpark fork")
-    fp8 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=fp8", *common)
-    nvfp4 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=nvfp4_ds_mla", *common)
+    fp8 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=fp8", *common, variant="pr41834")
+    nvfp4 = _bytes_per_token(cli, "dsv4", "kv-cache-dtype=nvfp4_ds_mla", *common, variant="pr41834")
     assert 2 * fp8 == pytest.approx(15.3e3, rel=0.02)
     assert 2 * nvfp4 == pytest.approx(10.4e3, rel=0.02)
     assert fp8 / nvfp4 == pytest.approx(1.47, rel=0.02)
 
 
-def test_nvfp4_ds_mla_is_refused_outside_deepseek_v4(cli: CliRunner) -> None:
-    code, _, err = invoke(cli, "plan", "glm52", "--gpus", "4", "--kv-memory-gib", "20",
+def test_nvfp4_ds_mla_is_refused_outside_deepseek_v4_and_sparse_mla(cli: CliRunner) -> None:
+    code, _, err = invoke(cli, "plan", "glm47", "--gpus", "4", "--kv-memory-gib", "20",
                           "--set", "kv-cache-dtype=nvfp4_ds_mla")  # fmt: skip
     assert code == 2
     assert one_line_error(err) == (
-        "Error: kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
-        "attention 'mla_sparse_dsa' (hint: use fp8 (or nvfp4 on full attention))"
+        "Error: kv-cache-dtype nvfp4_ds_mla is a 4-bit layout of DeepSeek-V4 and sparse MLA, "
+        "not one for attention 'full' (hint: use fp8 (or nvfp4 on full attention))"
     )
+
+
+def test_glm52_nvfp4_ds_mla_stores_432_bytes_where_fp8_ds_mla_stores_656(cli: CliRunner) -> None:
+    # 512 E2M1 nibbles + 32 E4M3 group scales + the 16-byte scale field + 64 bf16 RoPE: the
+    # record the Gilded Gnosis fork's stock writer lays out for GLM-5.2's 512 + 64 latent
+    assert kv.mla_nvfp4_record(512, 64) == 256 + 32 + 16 + 128 == 432
+    code, out, err = invoke(cli, "plan", "glm52", "-V", "exl3-tp4", "--gpus", "4",
+                            "--kv-memory-gib", "20", "--json")  # fmt: skip
+    assert code in (0, 1), err
+    assert json.loads(out)["kv_layout"].startswith("79 layers x 432 B + 79 indexer layers x 132 B")
+    tp2 = ("tensor-parallel-size=2", "decode-context-parallel-size=1")
+    fp8 = _bytes_per_token(cli, "glm52", "kv-cache-dtype=fp8", *tp2)
+    nvfp4 = _bytes_per_token(cli, "glm52", "kv-cache-dtype=nvfp4_ds_mla", *tp2)
+    assert (fp8, nvfp4) == (79 * (656 + 132), 79 * (432 + 132))
 
 
 def test_an_unknown_mamba_ssm_cache_dtype_is_refused_in_one_line(cli: CliRunner) -> None:

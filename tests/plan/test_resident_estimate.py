@@ -97,12 +97,13 @@ def test_the_stated_sizes_cover_each_family_and_format() -> None:
 
 
 @pytest.mark.parametrize(
-    ("variant", "expected"), [(None, 0.024), ("nvfp4", 0.024), ("fp8", 0.081), ("sglang", 0.056)]
+    ("variant", "expected"),
+    [("pr41834", 0.024), ("nvfp4", 0.024), ("fp8", 0.081), ("sglang", 0.056)],
 )
-def test_deepseek_v4_is_counted_whole(variant: str | None, expected: float) -> None:
+def test_deepseek_v4_is_counted_whole(variant: str, expected: float) -> None:
     """290 B parameters with the MTP layer (V4-Flash is a 284 B model, as SGLang's variant
     without MTP counts); the FP8 checkpoint's stated 255.2 GiB is its 274 GB on disk."""
-    plan = plan_for("dsv4", *((variant,) if variant else ())).plan
+    plan = plan_for("dsv4", variant).plan
     estimate = _estimate(plan, _planner_dims(plan))
     assert estimate.not_counted == ()
     mtp = draft_layers(plan, _planner_dims(plan))

@@ -65,7 +65,7 @@ def test_enable_thinking_zero_applies_the_no_think_variant() -> None:
 
 
 def test_thinking_off_is_a_no_op_where_thinking_is_already_off() -> None:
-    assert plan_for("dsv4", thinking=False).plan.variants == ()
+    assert plan_for("glm47", thinking=False).plan.variants == ()
 
 
 def test_thinking_toggle_on_a_recipe_without_it(

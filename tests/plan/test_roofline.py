@@ -83,7 +83,7 @@ GLM47_KV_PER_TOKEN = 92 * 2 * 2 * 128 * 1
 
 CASES = [
     # (recipe, variants, hand tok/s, rounded)
-    ("dsv4", (), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 334.1),
+    ("dsv4", ("pr41834",), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 334.1),
     # the seed default reads the same weights and KV: another kernel, the same roofline
     ("dsv4", ("seed",), RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 334.1),
     ("dsv4", ("gb10x2",), GB10 / (DSV4_WEIGHTS / 2 + DSV4_KV), 50.9),
@@ -149,11 +149,11 @@ def test_resident_weights_smaller_than_the_experts_are_refused() -> None:
 
 
 def test_recipes_show_json_gives_published_and_roofline(cli: CliRunner) -> None:
-    code, out, err = invoke(cli, "recipes", "show", "dsv4", "--json")
+    code, out, err = invoke(cli, "recipes", "show", "dsv4", "-V", "pr41834", "--json")
     assert code == 0, err
     document = json.loads(out)
     published = document["published"]
-    # the default is PR #41834's gated FlashInfer SM120 decode; its table gives no prefill
+    # the former default is PR #41834's gated FlashInfer SM120 decode; its table gives no prefill
     assert published["decode_tok_s"] == 201.4
     assert published["source"] == "https://github.com/vllm-project/vllm/pull/41834"
     assert published["date"] == "2026-06"
@@ -219,9 +219,10 @@ def test_the_recipe_list_carries_both_figures(cli: CliRunner) -> None:
     code, out, _ = invoke(cli, "recipes", "--json")
     rows = {row["name"]: row for row in json.loads(out)}
     assert code == 0
+    # dsv4's default (r7, -0731) states no resident size: the figure, and no roofline
     assert (rows["dsv4"]["published_decode_tok_s"], rows["dsv4"]["roofline_decode_tok_s"]) == (
-        201.4,
-        round(RTX_PRO_6000 / (DSV4_WEIGHTS / 2 + DSV4_KV), 1),
+        236.46,
+        None,
     )
     assert rows["glm47"]["published_decode_tok_s"] == 54  # vLLM 0.16.0, AlexGS74 at 2a4692d
     assert rows["tiny"]["roofline_decode_tok_s"] is None

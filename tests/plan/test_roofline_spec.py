@@ -65,7 +65,7 @@ def test_glm52_at_mtp_3_with_every_draft_accepted() -> None:
 
 def test_dsv4_at_mtp_2_with_the_published_acceptance() -> None:
     # seed 001: ~68% of MTP 2's drafts accepted = 1.36 a pass, so 2.36 tokens a pass
-    plan = _with_acceptance(resolve(PlanRequest(recipe="dsv4")), 2 * 0.68)
+    plan = _with_acceptance(resolve(PlanRequest(recipe="dsv4", variants=("pr41834",))), 2 * 0.68)
     spec = speculative_roofline(plan, decode_roofline(plan))
     assert spec is not None
     per_pass = DSV4_WEIGHTS / 2 + 2 * DSV4_DRAFT_STEP / 2 + DSV4_KV
@@ -75,7 +75,7 @@ def test_dsv4_at_mtp_2_with_the_published_acceptance() -> None:
 
 
 def test_an_acceptance_above_the_draft_count_is_capped() -> None:
-    plan = _with_acceptance(resolve(PlanRequest(recipe="dsv4")), 5.0)
+    plan = _with_acceptance(resolve(PlanRequest(recipe="dsv4", variants=("pr41834",))), 5.0)
     spec = speculative_roofline(plan, decode_roofline(plan))
     assert spec is not None and spec.accepted_per_pass == 2.0
 
@@ -87,7 +87,7 @@ def test_no_speculative_decoding_no_speculative_roofline() -> None:
 
 
 def test_a_figure_above_the_speculative_roofline_is_suspect() -> None:
-    plan = resolve(PlanRequest(recipe="dsv4"))
+    plan = resolve(PlanRequest(recipe="dsv4", variants=("pr41834",)))
     honest = performance_document(_with_acceptance(plan, 1.36))
     assert honest["published_suspect"] is False
     bound = honest["roofline_spec_decode_tok_s"]

@@ -163,7 +163,9 @@ def test_f07_and_f14_pass_the_forks_own_4bit_kv_on_its_ref() -> None:
 
 def test_f07_still_refuses_nvfp4_ds_mla_on_any_other_engine_ref() -> None:
     # the same dtype on the PR #41834 build (the default) or a hand-edited ref: no kernel
-    assert failed("dsv4", "F07", "kv-cache-dtype=nvfp4_ds_mla", hardware=SM120_X2) == (
+    assert failed(
+        "dsv4", "F07", "kv-cache-dtype=nvfp4_ds_mla", hardware=SM120_X2, variants=("pr41834",)
+    ) == (
         "kv-cache-dtype nvfp4_ds_mla has no sm_120 kernel (the engine dies on the first "
         "request); use --set kv-cache-dtype=fp8"
     )
@@ -208,13 +210,19 @@ def test_f11_bf16_kv_on_sparse_mla() -> None:
 
 def test_f13_fp4_indexer_cache() -> None:
     message = failed(
-        "dsv4", "F13", 'attention-config={"use_fp4_indexer_cache": true}', hardware=SM120_X2
+        "dsv4",
+        "F13",
+        'attention-config={"use_fp4_indexer_cache": true}',
+        hardware=SM120_X2,
+        variants=("pr41834",),
     )
     assert "SM100-only" in message
 
 
 def test_f14_dsv4_needs_fp8() -> None:
-    assert "kv-cache-dtype auto" in failed("dsv4", "F14", "kv-cache-dtype=auto", hardware=SM120_X2)
+    assert "kv-cache-dtype auto" in failed(
+        "dsv4", "F14", "kv-cache-dtype=auto", hardware=SM120_X2, variants=("pr41834",)
+    )
 
 
 def test_f17_invented_variable() -> None:

@@ -64,7 +64,13 @@ DSPARK_DP_EP = (
 
 
 def test_f31_dspark_under_dp_and_ep_is_refused() -> None:
-    message = failed("dsv4", "F31", *DSPARK_DP_EP, hardware=Hardware(4, "sm_120", "declared"))
+    message = failed(
+        "dsv4",
+        "F31",
+        *DSPARK_DP_EP,
+        hardware=Hardware(4, "sm_120", "declared"),
+        variants=("pr41834",),
+    )
     assert message == (
         "DeepSeek-V4-Flash-0731 with DSpark under data parallel + expert parallel fails its "
         "profile run (assert num_tokens_across_dp_cpu[dp_rank] == batchsize; vllm#56281); "
@@ -84,7 +90,10 @@ def test_f31_dspark_under_dp_and_ep_is_refused() -> None:
 )
 def test_f31_each_condition_is_needed(change: str) -> None:
     found = results(
-        "dsv4", sets=(*DSPARK_DP_EP, change), hardware=Hardware(4, "sm_120", "declared")
+        "dsv4",
+        "pr41834",
+        sets=(*DSPARK_DP_EP, change),
+        hardware=Hardware(4, "sm_120", "declared"),
     )
     assert _status(found, "F31") == "pass"
 
@@ -156,7 +165,9 @@ def test_f33_passes_when_off_before_the_flip_and_on_the_seed_tag(sets: tuple[str
 
 def test_launch_refuses_the_broken_configuration_with_reason_and_fix(cli: CliRunner) -> None:
     sets = [arg for value in DSPARK_DP_EP for arg in ("--set", value)]
-    code, out, err = invoke(cli, "launch", "dsv4", "--dry-run", "--gpus", "4", *sets)
+    code, out, err = invoke(
+        cli, "launch", "dsv4", "-V", "pr41834", "--dry-run", "--gpus", "4", *sets
+    )
     assert code == 1
     flat = " ".join((out + err).split())
     # the engine's own assertion text survives the terminal markup

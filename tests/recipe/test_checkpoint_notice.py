@@ -11,13 +11,15 @@ from tests.helpers import invoke
 OTHER_CHECKPOINTS = [
     ("glm52", "exl3-tp4", "brandonmusic/GLM-5.2-EXL3-TR3-3.0bpw", "0xSero/GLM-5.2-NVFP4-REAP-469B"),
     ("glm52", "nvfp4-tp8", "lukealonso/GLM-5.2-NVFP4", "0xSero/GLM-5.2-NVFP4-REAP-469B"),
-    ("dsv4", "r7", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
-    ("dsv4", "r7-tp4", "deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-ai/DeepSeek-V4-Flash"),
+    # since 2026-12 dsv4's default serves -0731 (r7); the former default's April checkpoint
+    # is now the other one
+    ("dsv4", "pr41834", "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-0731"),
+    ("dsv4", "tp4", "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-0731"),
     (
         "dsv4",
         "nvfp4-kv",
         "fraserprice/DeepSeek-V4-Flash-Abliterated-DSpark",
-        "deepseek-ai/DeepSeek-V4-Flash",
+        "deepseek-ai/DeepSeek-V4-Flash-0731",
     ),
 ]
 

@@ -87,7 +87,14 @@ def test_every_gpu_recipe_keeps_its_seed(recipe: str) -> None:
 
 @pytest.mark.parametrize(
     ("recipe", "pin"),
-    [("glm52", "commit bb6c5b7"), ("dsv4", "commit c766cbc6ff"), ("glm47", "commit 89a77b108")],
+    [
+        ("glm52", "commit bb6c5b7"),
+        (
+            "dsv4",
+            "sha256:58568d18ac87bf79095c758f5bc985f3b7a00d133819bf5bd47b935038f3f759",
+        ),
+        ("glm47", "commit 89a77b108"),
+    ],
 )
 def test_the_pin_is_the_digest_else_the_engine_commit(recipe: str, pin: str | None) -> None:
     assert load_recipe(recipe).image.pin == pin

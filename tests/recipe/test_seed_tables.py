@@ -116,18 +116,19 @@ DSV4_ROWS = [
 
 @pytest.mark.parametrize(("flag", "value"), DSV4_ROWS)
 def test_dsv4_seed_row(flag: str, value: str) -> None:
-    assert flag_value(argv_of("dsv4"), flag) == value
+    assert flag_value(argv_of("dsv4", "pr41834"), flag) == value
 
 
 def test_dsv4_mtp_two_and_pinned_branch() -> None:
-    assert json_flag(argv_of("dsv4"), "--speculative-config")["num_speculative_tokens"] == 2
-    image = plan_for("dsv4").plan.image
+    spec = json_flag(argv_of("dsv4", "pr41834"), "--speculative-config")
+    assert spec["num_speculative_tokens"] == 2
+    image = plan_for("dsv4", "pr41834").plan.image
     assert image.engine_version == "sm120-pr-41834-stable-preview-20260626"
     assert image.engine_commit == "c766cbc6ff"
 
 
 def test_dsv4_sm120_environment() -> None:
-    env = render_env(plan_for("dsv4").plan)
+    env = render_env(plan_for("dsv4", "pr41834").plan)
     assert env["VLLM_TRITON_MLA_SPARSE_ALLOW_CUDAGRAPH"] == "1"
 
 

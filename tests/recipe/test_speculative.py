@@ -49,17 +49,20 @@ def test_config_keys_follow_vllm() -> None:
 
 
 def test_the_field_renders_what_the_args_form_renders() -> None:
+    # on dsv4's former default (pr41834), which states MTP 2 in its args
     data = recipe_data("dsv4")
-    as_args = spec_flag(data)
-    data["args"].pop("speculative-config")
-    data["speculative"] = {"method": "mtp", "num_speculative_tokens": 2}
-    assert spec_flag(data) == as_args == {"method": "mtp", "num_speculative_tokens": 2}
+    as_args = spec_flag(data, "pr41834")
+    former = data["variants"]["pr41834"]
+    former["args"].pop("speculative-config")
+    former["speculative"] = {"method": "mtp", "num_speculative_tokens": 2}
+    assert spec_flag(data, "pr41834") == as_args == {"method": "mtp", "num_speculative_tokens": 2}
 
 
 def test_a_variant_switches_the_method() -> None:
     data = recipe_data("dsv4")
     data["variants"]["dspark"] = {
         "description": "DSpark, 5 draft tokens",
+        "extends": "pr41834",
         "speculative": {"method": "dspark", "num_speculative_tokens": 5},
     }
     assert spec_flag(data, "dspark") == {"method": "dspark", "num_speculative_tokens": 5}
@@ -141,9 +144,9 @@ def test_the_monitor_is_told_what_the_plan_drafts() -> None:
 def test_recipes_show_json_names_the_speculative_decoding(cli: CliRunner) -> None:
     code, out, _ = invoke(cli, "recipes", "show", "dsv4", "--json")
     assert code == 0
-    assert json.loads(out)["speculative"] == {
-        "method": "mtp",
-        "num_speculative_tokens": 2,
+    assert json.loads(out)["speculative"] == {  # the default's (r7) fixed DSpark K5
+        "method": "dspark",
+        "num_speculative_tokens": 5,
         "model": None,
-        "options": {},
+        "options": {"draft_sample_method": "probabilistic"},
     }

@@ -29,6 +29,7 @@ CASES = [
     ("glm52", ("exl3-tp4",)),
     ("glm52", ("nvfp4-tp8",)),
     ("dsv4", ()),
+    ("dsv4", ("pr41834",)),
     ("dsv4", ("seed",)),
     ("dsv4", ("tp4",)),
     ("dsv4", ("tp8",)),
@@ -119,6 +120,9 @@ def test_seed_variant_plans_as_mains_default(recipe: str, cli: CliRunner) -> Non
 FORMER_DEFAULT_GOLDENS = {
     # glm47 until 2026-12 (vLLM 0.15.1 pinned to 1892993bc), before the move to vLLM 0.16.0
     ("glm47", "seed-pinned"): "ccd64ef563fe52a5",
+    # dsv4 until 2026-12 (PR #41834's gated FlashInfer SM120 decode, 201.4 tok/s), before the
+    # move to the -0731 DSpark route on Infernal Invocation r7 (236.46 tok/s at TP 2)
+    ("dsv4", "pr41834"): "ee07e2b3ddac0bde",
 }
 
 

@@ -89,7 +89,9 @@ def test_a_kv_tier_cannot_be_added_to_a_launcher_route() -> None:
 
 
 def test_plans_that_build_their_command_have_no_launcher_knobs() -> None:
-    assert launcher_env(resolve(PlanRequest(recipe="dsv4"))) == {}
+    # dsv4's former default, and the variants written on it, drop the default's launcher
+    for variants in (("pr41834",), ("tp4",), ("seed",)):
+        assert launcher_env(resolve(PlanRequest(recipe="dsv4", variants=variants))) == {}
 
 
 def test_compose_runs_the_launcher_and_probes_health_with_the_images_python() -> None:
@@ -101,11 +103,11 @@ def test_compose_runs_the_launcher_and_probes_health_with_the_images_python() ->
 
 
 def test_recipes_show_prints_the_knobs_and_where_their_expansion_stands(cli: CliRunner) -> None:
-    code, out, err = invoke(cli, "recipes", "show", "dsv4", "-V", "r7")
+    code, out, err = invoke(cli, "recipes", "show", "dsv4")  # the default, since 2026-12
     assert code == 0, err
     text = " ".join(out.split())
     assert "command (the image's own launcher, run as is) " + " ".join(COMMAND) in text
     assert "BACKEND=b12x-a16 # b12x-a16: B12X W4A16 MoE, the row behind 236.46" in text
     assert "TP_SIZE=2 # from tensor-parallel-size" in text
     assert "expansion not public: the image installs serve-ds4-flash.sh" in text
-    assert "another checkpoint than the default's (deepseek-ai/DeepSeek-V4-Flash)" in text
+    assert "another checkpoint" not in text  # the default's own

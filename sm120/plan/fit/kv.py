@@ -23,6 +23,13 @@ DSV4_STATE_BYTES = 584
 # DeepSeek-V4 nvfp4_ds_mla (danielwoz/vllm-dspark-nvfp4, rtx6kpro models/ds4dspark-nvfp4-kv.md
 # "KV Page Layout"): 448 E2M1 nibbles (224 B) + 64 bf16 RoPE (128 B) + the same 8-byte footer.
 DSV4_NVFP4_BYTES = 360
+# Sparse-MLA nvfp4_ds_mla (GLM-5.2 on the Gilded Gnosis fork): the stock vLLM writer's record
+# for a 512 + 64 latent is 432 B: 512 E2M1 nibbles (256 B), one E4M3 scale per 16 (32 B), a
+# 16-byte scale/pad field, bf16 RoPE (128 B); with KV_FP8_ROPE=1 the RoPE is fp8 (64 B): 368 B
+# (the b12x writer's layout: [0,256) NoPE, [256,288) group scales, [288,304) RoPE scale and pad,
+# [304,368) E4M3 RoPE; local-inference-lab's NVFP4 dynamic-scale audit, 2026-07-27).
+MLA_NVFP4_GROUP = 16
+MLA_NVFP4_SCALE_FIELD = 16
 # FlashMLA reads DeepSeek-V4 pages in 576-byte rows, so every page is padded to a multiple.
 DSV4_PAGE_ALIGN = 576
 DSV4_SWA_BLOCK = 64  # the sliding-window cache's own block size
@@ -234,6 +241,8 @@ def mla(
         # bf16 RoPE (656 B for 512 + 64; GLM-5.3's 512 + 0: the b12x fork's 528-byte record)
         rank, rope = dims.kv_lora_rank or 0, dims.qk_rope_head_dim or 0
         per_layer = rank + rank // 128 * 4 + rope * 2
+    elif sparse and dtype.name == "nvfp4_ds_mla":
+        per_layer = mla_nvfp4_record(dims.kv_lora_rank or 0, dims.qk_rope_head_dim or 0)
     elif dtype.nvfp4:
         raise PlanError("nvfp4 KV cache has no MLA layout on SM12x (F07)", "use fp8")
     else:
@@ -251,6 +260,13 @@ def mla(
         bytes_per_block=per_token * block_size,
         dcp=dcp,
     )
+
+
+def mla_nvfp4_record(rank: int, rope: int) -> int:
+    """One token of one layer in the sparse-MLA nvfp4_ds_mla record: 4-bit latent, an E4M3
+    scale per 16 values, the scale field, bf16 RoPE (the record the preset's default
+    KV_FP8_ROPE=0 writes)."""
+    return rank // 2 + rank // MLA_NVFP4_GROUP + MLA_NVFP4_SCALE_FIELD + rope * 2
 
 
 def approximate_gcd(values: Sequence[int], lower_bound: int) -> int:

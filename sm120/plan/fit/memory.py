@@ -211,6 +211,11 @@ def _mamba_mode(plan: LaunchPlan, attention: str) -> str:
     return mamba_mode(plan.arg("enable-prefix-caching") is True, _str_arg(plan, "mamba-cache-mode"))
 
 
+# The attention families an nvfp4_ds_mla record is laid out for: DeepSeek-V4's compressed
+# layers (360 B) and sparse MLA (GLM-5.2 on the Gilded Gnosis fork, kv.mla_nvfp4_record).
+NVFP4_DS_MLA_FAMILIES = ("dsv4_compressed", "mla_sparse_dsa")
+
+
 def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     dims = spec.dims.dims
     heads = dims.num_attention_heads
@@ -222,10 +227,10 @@ def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
             f"use a TP that divides the head count ({spelled(fits)})",
         )
     args = (spec.kv_dtype, spec.block_size, spec.draft_layers)
-    if spec.kv_dtype.name == "nvfp4_ds_mla" and spec.attention != "dsv4_compressed":
+    if spec.kv_dtype.name == "nvfp4_ds_mla" and spec.attention not in NVFP4_DS_MLA_FAMILIES:
         raise PlanError(
-            f"kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
-            f"attention '{spec.attention}'",
+            f"kv-cache-dtype nvfp4_ds_mla is a 4-bit layout of DeepSeek-V4 and sparse MLA, "
+            f"not one for attention '{spec.attention}'",
             "use fp8 (or nvfp4 on full attention)",
         )
     if spec.attention == "full":

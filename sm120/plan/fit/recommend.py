@@ -163,7 +163,8 @@ def mxfp4_weights_gib(recipe: Recipe) -> float | None:
     """Resident weights of the recipe's MXFP4 DeepSeek-V4 checkpoint, if it names one."""
     models = [recipe.model, *(v.model for v in recipe.variants.values() if v.model)]
     for model in models:
-        if model.attention == "dsv4_compressed" and model.quantization == "mxfp4":
+        mxfp4 = model.attention == "dsv4_compressed" and model.quantization == "mxfp4"
+        if mxfp4 and model.weights_gib is not None:  # the first one whose size is stated
             return model.weights_gib
     return None
 
