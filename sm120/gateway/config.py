@@ -35,3 +35,7 @@ class GatewayConfig:
     aliases: tuple[Alias, ...] = ()
     # Opt-in: make prompts cache-friendly before they reach the engine (docs/gateway.md).
     normalize_prompts: bool = False
+    # Each request's key, model, tokens and timings in usage.db (sm120.gateway.usage).
+    record_usage: bool = True
+    # Opt-in: each request's prompt structure (lengths and hashes) for `gateway analyze`.
+    request_log: bool = False

@@ -17,6 +17,7 @@ from sm120.gateway.relay import (
     is_route_miss,
 )
 from sm120.gateway.upstream import UpstreamConnection
+from sm120.gateway.usage import Tap
 from sm120.gateway.wire import FramingError, RequestHead, ResponseFraming
 
 # How an exchange ended.
@@ -39,8 +40,10 @@ class Exchange:
         deployment: str,
         route_miss: Callable[[], bytes],
         finished: Callable[[Exchange, str], None],
+        tap: Tap | None = None,
     ) -> None:
         self.client = client
+        self._tap = tap  # sees the answer go by, for the usage record
         self.upstream = upstream
         self.deployment = deployment
         self._route_miss = route_miss
@@ -101,6 +104,8 @@ class Exchange:
             part = bytes(self._held)
             self._held.clear()
         self.client.send(part)
+        if self._tap is not None:
+            self._tap.seen(part)
         if self.framing.done:
             self._finish(ANSWERED)
 

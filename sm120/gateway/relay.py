@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from sm120.gateway.backends import Backend
+from sm120.gateway.usage import Tap
 
 # A backend that is down refuses at once; one that is wedged must not hang the client.
 CONNECT_TIMEOUT_S = 3.0
@@ -87,7 +88,9 @@ async def relay(
     backend: Backend,
     session: aiohttp.ClientSession,
     protocol: str,
+    tap: Tap | None = None,
 ) -> web.StreamResponse:
+    """`tap` sees the answer's bytes go by (for the usage record)."""
     url = backend.base_url + request.path_qs
     response: web.StreamResponse | None = None
     try:
@@ -104,7 +107,11 @@ async def relay(
                 if name.lower() not in HOP_HEADERS:
                     response.headers[name] = value
             await response.prepare(request)
+            if tap is not None:
+                tap.status = upstream.status
             async for chunk in upstream.content.iter_any():
+                if tap is not None:
+                    tap.seen(chunk)
                 await response.write(chunk)
             await response.write_eof()
             return response

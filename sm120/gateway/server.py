@@ -17,8 +17,10 @@ from aiohttp import web
 from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
 from sm120.engine.secrets import read_api_key
+from sm120.engine.state import private_dir
 from sm120.gateway import proxy
 from sm120.gateway.actions import EngineActions
+from sm120.gateway.admission import Team
 from sm120.gateway.aliases import as_table
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig
@@ -30,10 +32,13 @@ from sm120.gateway.files import (
     save_address,
 )
 from sm120.gateway.front import serving_front
+from sm120.gateway.keys import KeyRing, KeyStore
 from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
+from sm120.gateway.requestlog import RequestLog
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.gateway.usage import Record, UsageWriter
 
 
 class GatewayRunning(SM120Error):
@@ -123,7 +128,8 @@ async def _serve(
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
         swapper = Swapper(policy, EngineActions(session), discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
-        app = build_app(api_key, swapper, session, config.aliases, rewrite)
+        team = team_of(config, files, api_key, loop)
+        app = build_app(api_key, swapper, session, config.aliases, rewrite, team)
         runner = app_runner(app)
         await runner.setup()
         try:
@@ -140,3 +146,27 @@ async def _serve(
                 await stop.wait()
         finally:
             await runner.cleanup()
+            if team.usage is not None:
+                await asyncio.to_thread(team.usage.close)
+
+
+def team_of(
+    config: GatewayConfig, files: GatewayFiles, api_key: str, loop: asyncio.AbstractEventLoop
+) -> Team:
+    """The keys (the store in the gateway's folder, the admin key), and the usage writer,
+    whose parsed records hop back onto the loop (limits and counters live there)."""
+    ring = KeyRing(api_key, KeyStore(files.root))
+    log = None
+    if config.request_log:
+        private_dir(files.request_log.parent)
+        log = RequestLog(files.request_log)
+    writer = UsageWriter(files.usage_db if config.record_usage else None, request_log=log)
+    team = Team(ring, writer)
+
+    def hop(record: Record) -> None:
+        loop.call_soon_threadsafe(team.recorded, record)
+
+    writer.on_record = hop
+    team.meter.dropped = lambda: writer.dropped
+    writer.start()
+    return team
