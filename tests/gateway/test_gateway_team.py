@@ -299,7 +299,7 @@ def test_limits_count_a_minute_and_say_when_to_retry() -> None:
     assert refusal is not None and (refusal.reason, refusal.retry_after) == ("tpm", 47)
 
 
-# --- fair turns ------------------------------------------------------------------------------------
+# --- fair turns ---------------------------------------------------------------------------
 def test_turns_keep_a_share_for_other_keys_and_let_waiters_in_by_key() -> None:
     async def scenario() -> list[str]:
         turns = Turns(capacity=4)
@@ -454,12 +454,10 @@ def test_old_rows_roll_up_into_days_and_totals_stay(tmp_path: Path) -> None:
             prompt_tokens=10,
             completion_tokens=2,
             ttft_ms=5.0,
-        )  # fmt: skip
+        )
         for i in range(5)
     ] + [
-        Record(
-            "ann", "m", "chat", 200, 0.0, at=now - 10 + i, prompt_tokens=1, completion_tokens=1
-        )  # fmt: skip
+        Record("ann", "m", "chat", 200, 0.0, at=now - 10 + i, prompt_tokens=1, completion_tokens=1)
         for i in range(4)
     ]
     insert(db, records)
