@@ -175,6 +175,13 @@ class Team:
         if self.usage is not None:
             self.usage.put(record)
 
+    def refusal_recorded(self, entry: KeyEntry, model: str, protocol: str, status: int) -> None:
+        """A request refused before it reached an engine (404, 429) is usage too."""
+        record = Record.of(entry.name, model, protocol, time.monotonic(), None, status)
+        self.meter.answered(entry.name, model, status)
+        if self.usage is not None:
+            self.usage.put(record)
+
     def recorded(self, record: Record) -> None:
         """A record the usage writer parsed (hopped onto the loop): its tokens count against
         the key's tokens per minute and in the counters."""

@@ -415,6 +415,7 @@ class FrontConnection(asyncio.Protocol):
             self._go(route)
 
     def _refuse(self, route: Route, refusal: Refusal, entry: KeyEntry) -> None:
+        self.front.team.refusal_recorded(entry, route.served, route.protocol, 429)
         self.send(refusal_bytes(route.protocol, refusal, entry.name))
         self._finish(ANSWERED)
 

@@ -286,6 +286,10 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     served, backend, backends = await routes.route(model, request.app[ALIASES])
     if backend is None or not entry.allows(served):
         # A model the key may not use is answered as one that is not here: the same 404.
+        # Recorded under the served name, or "(unknown)": a client's made-up names must not
+        # grow the usage tables and the metrics' label sets without bound.
+        named = served if backend is not None else "(unknown)"
+        request.app[TEAM].refusal_recorded(entry, named, protocol, 404)
         return _unknown_model_for(entry, model, backends, request.app[ALIASES])
     refusal = _unserved(protocol, request.path, backend)
     if refusal is not None:
@@ -307,11 +311,11 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     team = request.app[TEAM]
     ticket = team.admit(entry, backend.deployment, backend.max_num_seqs, served, protocol, parsed)
     if isinstance(ticket, Refusal):
-        return _refused(protocol, ticket, entry)
+        return _refused(team, protocol, ticket, entry, served)
     if not team.take_turn(ticket):
         no_turn = await team.wait_turn(ticket)
         if no_turn is not None:
-            return _refused(protocol, no_turn, entry)
+            return _refused(team, protocol, no_turn, entry, served)
     swapper.used(backend)
     swapper.in_flight[backend.deployment] += 1
     answer: web.StreamResponse | None = None
@@ -325,7 +329,10 @@ async def _forward(request: web.Request) -> web.StreamResponse:
         routes.renew_if_stale()
 
 
-def _refused(protocol: str, refusal: Refusal, entry: KeyEntry) -> web.Response:
+def _refused(
+    team: Team, protocol: str, refusal: Refusal, entry: KeyEntry, model: str
+) -> web.Response:
+    team.refusal_recorded(entry, model, protocol, 429)
     return web.Response(
         status=429, body=refusal_body(protocol, refusal, entry.name),
         headers=refusal_headers(refusal), content_type="application/json", charset="utf-8",
