@@ -1,11 +1,14 @@
 """The gateway's own hop, without an engine's noise: a simulated engine (a raw asyncio server
-answering every request with a chunked event stream) is sent the same streamed request three
-ways, in rotation, from a plain blocking socket: straight, through `python -m sm120.gateway`
-(the front and its fast path, sm120.gateway.front), and through the gateway's aiohttp
-application listening alone, as the gateway did before the front. The difference in time to
-the first event is what each adds to a first token.
+answering every request with a chunked event stream) is sent the same streamed request, in
+rotation, from a plain blocking socket: straight, through `python -m sm120.gateway` (the front
+and its fast path, sm120.gateway.front) with the admin key and no usage recorded, through the
+same gateway with keys on (a person's key with limits among --keys others, usage written to
+SQLite), and through the gateway's aiohttp application listening alone, as the gateway did
+before the front. With --before REF, also the gateway as git REF has it (`main`: before keys).
+The difference in time to the first event is what each adds to a first token.
 
-    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32]
+    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32] [--keys 1000]
+        [--before main]
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -100,7 +103,7 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, float]:
 
 
 def connect(port: int) -> socket.socket:
-    for _ in range(200):
+    for _ in range(1200):  # a loaded 2-core box takes seconds to start five processes
         try:
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -138,10 +141,34 @@ run_event_loop(main())
 """
 
 
-def gateway_argv(work: Path, port: int) -> list[str]:
+def gateway_argv(work: Path, port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "sm120.gateway", "--port", str(port),
             "--backends", str(work / "backends.json"),
-            "--key-file", str(work / "gateway_key")]  # fmt: skip
+            "--key-file", str(work / "gateway_key"), *extra]  # fmt: skip
+
+
+def keyed_home(home: Path, keys: int) -> str:
+    """A gateway folder whose store holds `keys` keys and the measured one, with limits (so
+    every request pays for the HMAC, the lookup, the limits and the usage record)."""
+    from sm120.gateway.keys import KeyEntry, KeyStore, add_keys
+
+    folder = home / "gateway"
+    folder.mkdir(parents=True, mode=0o700)
+    store = KeyStore(folder)
+    others = [KeyEntry(f"teammate-{n}", "", rpm=600) for n in range(keys)]
+    add_keys(store, others)
+    measured = KeyEntry("bench", "", rpm=10**6, tpm=10**9, concurrency=1000)
+    return add_keys(store, [measured])[0]
+
+
+def tree_at(ref: str, work: Path) -> Path:
+    """sm120 as git REF has it, exported (the repository itself is only read)."""
+    dest = work / f"tree-{ref.replace('/', '-')}"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sm120"],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
 
 
 def main() -> None:
@@ -151,9 +178,12 @@ def main() -> None:
     # moves its own noise into the figure.
     parser.add_argument("--prefill-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=32)
+    parser.add_argument("--keys", type=int, default=1000, help="other keys in the keyed store")
+    parser.add_argument("--before", default=None, help="also the gateway of this git ref")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm120-proxy-hop-"))
     engine_port, gateway_port, alone_port = free_port(), free_port(), free_port()
+    keyed_port, before_port = free_port(), free_port()
     (work / "engine_key").write_text("engine-key\n")
     (work / "gateway_key").write_text(KEY + "\n")
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
@@ -165,14 +195,30 @@ def main() -> None:
               str(args.chunks)]  # fmt: skip
     alone = [sys.executable, "-c", APPLICATION_ALONE, str(work / "backends.json"),
              str(work / "gateway_key"), str(alone_port)]  # fmt: skip
-    argvs = (engine, gateway_argv(work, gateway_port), alone)
-    processes = [subprocess.Popen(argv, env=env) for argv in argvs]
+    keyed_env = {**env, "SM120_HOME": str(work / "keyed-home")}
+    person_key = keyed_home(work / "keyed-home", args.keys)
+    runs = [
+        (engine, env), (gateway_argv(work, gateway_port, "--no-usage"), env), (alone, env),
+        (gateway_argv(work, keyed_port), keyed_env),
+    ]  # fmt: skip
+    if args.before:
+        before_env = {
+            **env,
+            "SM120_HOME": str(work / "before-home"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        before_env["PYTHONPATH"] = str(tree_at(args.before, work))
+        runs.append((gateway_argv(work, before_port), before_env))
+    processes = [subprocess.Popen(argv, env=run_env) for argv, run_env in runs]
     try:
         sides = {
             "direct": (connect(engine_port), request_bytes("engine-key")),
             "gateway": (connect(gateway_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
+            "gateway, keys on": (connect(keyed_port), request_bytes(person_key)),
         }
+        if args.before:
+            sides[f"gateway at {args.before}"] = (connect(before_port), request_bytes(KEY))
         for sock, request in sides.values():
             for _ in range(20):  # unmeasured: pools, caches and the CPU's clocks warm
                 one(sock, request)
@@ -180,7 +226,8 @@ def main() -> None:
         names = list(sides)
         for index in range(args.pairs):
             # Each side goes first, second and last equally often.
-            for side in names[index % 3 :] + names[: index % 3]:
+            turn = index % len(names)
+            for side in names[turn:] + names[:turn]:
                 samples[side].append(one(*sides[side]))
     finally:
         for process in processes:
@@ -193,10 +240,11 @@ def main() -> None:
         "first_event_ms": {side: round(v * 1000, 3) for side, v in first.items()},
         "whole_stream_ms": {side: round(v * 1000, 3) for side, v in whole.items()},
     }  # fmt: skip
-    for side in ("gateway", "application alone"):
+    for side in [name for name in sides if name != "direct"]:
         report[f"{side} adds to the first event, ms"] = round(
             (first[side] - first["direct"]) * 1000, 3
         )
+    report["keys"] = args.keys
     print(json.dumps(report, indent=2))
 
 
