@@ -115,14 +115,21 @@ class Turns:
         self.held: dict[str, int] = {}
         self.total = 0
         self.seen: dict[str, float] = {}
+        self._active = 0
+        self._counted_at = float("-inf")
+        self._seen_count = 0
         # Key -> its waiting requests, in key order of first wait (rotated as served).
         self.waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
 
     def share(self, now: float) -> int:
         """The most slots one key may hold now."""
         assert self.capacity is not None
-        edge = now - ACTIVE_KEY_S
-        active = sum(1 for at in self.seen.values() if at > edge)
+        if now - self._counted_at > 1.0 or len(self.seen) != self._seen_count:
+            # Counted at most once a second (or when a new key shows up), not per request.
+            edge = now - ACTIVE_KEY_S
+            self._active = sum(1 for at in self.seen.values() if at > edge)
+            self._counted_at, self._seen_count = now, len(self.seen)
+        active = self._active
         if active <= 1 or self.capacity < 2:
             return self.capacity
         return self.capacity - max(1, self.capacity // 4)
