@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import sqlite3
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -401,7 +403,10 @@ def test_usage_is_recorded_in_sqlite_and_a_locked_database_never_fails_a_request
     assert [(r["key"], r["requests"], r["prompt_tokens"], r["cached_tokens"]) for r in rows] == [
         ("ann", 1, 11, 8)
     ]
-    assert path.stat().st_mode & 0o777 == 0o600
+    # The database and SQLite's files beside it are the owner's alone.
+    for name in ("usage.db", "usage.db-wal", "usage.db-shm"):
+        side = path.with_name(name)
+        assert not side.exists() or side.stat().st_mode & 0o777 == 0o600, name
 
 
 def test_a_full_disk_drops_usage_and_counts_it(tmp_path: Path) -> None:
@@ -425,7 +430,6 @@ for n in range(3000):
 writer.close()
 print(writer.written, writer.dropped, writer.last_error)
 """
-    import subprocess
     import sys
 
     done = subprocess.run(
@@ -495,3 +499,18 @@ async def _until(condition: Any, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Prometheus) not installed")
+def test_the_metrics_are_valid_prometheus_text_with_hostile_labels() -> None:
+    from sm120.gateway.meter import Meter
+
+    meter = Meter()
+    meter.answered('ann"\\\n}', "tiny", 200)
+    meter.refused("bob", "rpm")
+    meter.tokens(Record("ann", "tiny", "chat", 200, 0.0, prompt_tokens=5, completion_tokens=2))
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=meter.render(), capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert 'key="ann\\"\\\\\\n}"' in meter.render()
