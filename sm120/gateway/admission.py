@@ -10,6 +10,7 @@ turn on the deployment (queued; 429 if none comes) -> served, watched -> recorde
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterable
@@ -139,8 +140,13 @@ class Team:
         return ticket.held_turn
 
     async def wait_turn(self, ticket: Ticket) -> Refusal | None:
+        """Wait in the key's queue; a client gone meanwhile (cancelled) leaves no count."""
         assert ticket.turns is not None
-        ticket.held_turn = await ticket.turns.enter(ticket.entry.name)
+        try:
+            ticket.held_turn = await ticket.turns.enter(ticket.entry.name)
+        except asyncio.CancelledError:
+            self.withdraw(ticket)
+            raise
         if ticket.held_turn:
             return None
         self.limits.leave(ticket.entry.name)

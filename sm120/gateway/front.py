@@ -210,6 +210,7 @@ class FrontConnection(asyncio.Protocol):
         self._engine_closes = False
         self._entry: KeyEntry | None = None  # whose request is being served
         self._ticket: Ticket | None = None  # its admission, until it is recorded
+        self._waiting: asyncio.Future[None] | None = None  # a wait for its turn
 
     # --- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -245,6 +246,9 @@ class FrontConnection(asyncio.Protocol):
         self.state = "closed"
         self.front.connections.discard(self)
         self._cancel_timer()
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.cancel()  # out of its key's queue; its counts are taken back
+            self._ticket = None
         if self._exchange is not None:
             self._exchange.cut()
         if self._internal is not None:
@@ -400,10 +404,13 @@ class FrontConnection(asyncio.Protocol):
         if team.take_turn(ticket):
             self._go(route)
         else:
-            self.front.spawn(self._wait_turn(route, ticket, entry))
+            self._waiting = asyncio.ensure_future(self._wait_turn(route, ticket, entry))
+            self.front.tasks.add(self._waiting)
+            self._waiting.add_done_callback(self.front.tasks.discard)
 
     async def _wait_turn(self, route: Route, ticket: Ticket, entry: KeyEntry) -> None:
         refusal = await self.front.team.wait_turn(ticket)
+        self._waiting = None
         if self.state == "closed":
             self.front.team.withdraw(ticket)
             self._ticket = None

@@ -514,3 +514,45 @@ def test_the_metrics_are_valid_prometheus_text_with_hostile_labels() -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert 'key="ann\\"\\\\\\n}"' in meter.render()
+
+
+def test_a_request_waits_for_its_turn_and_one_whose_client_leaves_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    store, keys = store_with(tmp_path, KeyEntry("ann", ""))
+    team = team_of(store)
+    release = asyncio.Event()
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(STREAM_HEAD_AND_ONE)
+        await writer.drain()
+        await release.wait()
+        writer.write(STREAM_REST)
+        await writer.drain()
+
+    async def scenario() -> tuple[bytes, list[bytes], int, int]:
+        engine = Engine(answers=[slow, STREAM])
+        # One slot on the deployment: the second request waits for the first to end.
+        async with gateway(engine, team, max_num_seqs=1) as the_front:
+            chat = raw("/v1/chat/completions", CHAT, bearer(keys["ann"]))
+            first_reader, first = await asyncio.open_connection("127.0.0.1", the_front.port)
+            first.write(chat)
+            await asyncio.wait_for(first_reader.readuntil(b"\r\n\r\n"), 5)
+            waiting = asyncio.ensure_future(exchange(the_front.port, chat))
+            _, leaver = await asyncio.open_connection("127.0.0.1", the_front.port)
+            leaver.write(chat)
+            await _until(lambda: team.turns.by_deployment["dep-sim"].waiting_count() == 2)
+            leaver.close()
+            await _until(lambda: team.turns.by_deployment["dep-sim"].waiting_count() == 1)
+            assert len(engine.requests) == 1
+            release.set()
+            whole = await asyncio.wait_for(first_reader.readuntil(b"0\r\n\r\n"), 5)
+            second = await asyncio.wait_for(waiting, 5)
+            first.close()
+            await _until(lambda: team.limits.uses["ann"].in_flight == 0)
+            turns = team.turns.by_deployment["dep-sim"]
+            return whole, second, turns.total, len(engine.requests)
+
+    whole, second, held, sent = asyncio.run(scenario())
+    assert whole.endswith(b"0\r\n\r\n") and second == [STREAM]
+    assert (held, sent) == (0, 2)  # the one that left never reached the engine
