@@ -191,5 +191,10 @@ class Team:
     def recorded(self, record: Record) -> None:
         """A record the usage writer parsed (hopped onto the loop): its tokens count against
         the key's tokens per minute and in the counters."""
-        self.limits.spent(record.key, (record.prompt_tokens or 0) + (record.completion_tokens or 0))
+        completion = record.completion_tokens
+        if completion is None:
+            # A chat stream the engine sent no usage for: about a token an event (less the
+            # role chunk and [DONE]), so tokens per minute still hold. Not written as usage.
+            completion = max(record.events - 2, 0)
+        self.limits.spent(record.key, (record.prompt_tokens or 0) + completion)
         self.meter.tokens(record)

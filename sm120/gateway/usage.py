@@ -76,9 +76,10 @@ CREATE TABLE IF NOT EXISTS daily (
 class Tap:
     """What the request path keeps of one answer as it passes: cheap per chunk."""
 
-    __slots__ = ("first_at", "head", "status", "tail")
+    __slots__ = ("events", "first_at", "head", "status", "tail")
 
     def __init__(self) -> None:
+        self.events = 0  # Server-Sent Events seen: a stream without usage is counted by them
         self.first_at = 0.0
         self.head = b""
         self.tail = bytearray()
@@ -89,6 +90,7 @@ class Tap:
             self.first_at = time.monotonic()
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
+        self.events += data.count(b"data: ")
         tail = self.tail
         tail += data
         if len(tail) > 2 * TAIL_BYTES:
@@ -105,6 +107,7 @@ class Record:
     at: float = field(default_factory=time.time)
     ttft_ms: float | None = None
     duration_ms: float | None = None
+    events: int = 0
     head: bytes = b""
     tail: bytes = b""
     # The parsed request, for the opt-in request log only (its structure, not its text).
@@ -125,6 +128,7 @@ class Record:
             if tap.first_at:
                 record.ttft_ms = (tap.first_at - started) * 1000
             record.head, record.tail = tap.head, bytes(tap.tail[-TAIL_BYTES:])
+            record.events = tap.events
         return record
 
 

@@ -32,7 +32,7 @@ from sm120.gateway.keys import (
     revoke_key,
     rotate_key,
 )
-from sm120.gateway.limits import Limits, Turns
+from sm120.gateway.limits import Limits, Refusal, Turns
 from sm120.gateway.proxy import build_app
 from sm120.gateway.swap import Swapper, SwapPolicy
 from sm120.gateway.usage import Record, UsageWriter, connect, read_usage, summary
@@ -556,3 +556,17 @@ def test_a_request_waits_for_its_turn_and_one_whose_client_leaves_is_forgotten(
     whole, second, held, sent = asyncio.run(scenario())
     assert whole.endswith(b"0\r\n\r\n") and second == [STREAM]
     assert (held, sent) == (0, 2)  # the one that left never reached the engine
+
+
+def test_a_stream_without_usage_still_counts_against_tokens_per_minute(tmp_path: Path) -> None:
+    team = team_of(KeyStore(tmp_path))
+    entry = KeyEntry("ann", "", tpm=5)
+    ticket = team.admit(entry, "dep", None, "m", "chat")
+    assert not isinstance(ticket, Refusal)
+    ticket.tap.seen(STREAM.split(b"\r\n\r\n", 1)[1])  # three content events and [DONE]
+    team.finish(ticket, 200)
+    record = Record.of("ann", "m", "chat", 0.0, ticket.tap, 200)
+    read_usage(record)
+    assert record.completion_tokens is None  # nothing is written as if the engine said it
+    team.recorded(record)
+    assert team.limits.uses["ann"].token_sum == 2
