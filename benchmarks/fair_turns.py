@@ -56,7 +56,9 @@ def launch_argv(args: argparse.Namespace, model: Path, port: int) -> list[str]:
     if args.gpu:
         sets.append('compilation-config={"max_cudagraph_capture_size": 1024}')
     else:
-        sets.append("max-model-len=4096")
+        # Ten turns of an agent's conversation pass the tiny model's 4,096 positions (its
+        # tokenizer is byte-level: a token a byte); RoPE has no trained limit (as -V gpu).
+        sets += ["max-model-len=12288", 'hf-overrides={"max_position_embeddings": 16384}']
     argv = ["launch", "tiny", "--port", str(port), "--model-dir", str(model), "--api-key", KEY]
     if args.gpu:
         argv += ["-V", "gpu"]
