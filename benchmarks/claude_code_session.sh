@@ -1,41 +1,51 @@
 #!/usr/bin/env bash
-# A real Claude Code session through `sm120 gateway` on this CPU machine: the tiny model,
-# its position limit stretched from 4,096 to 131,072 (random weights do not care; Claude
-# Code's own system prompt and tools are ~11k tokens on the tiny byte-level tokenizer), served
-# with auto tool choice, the gateway with a `claude-*` alias, `sm120 connect claude-code
-# --write` into a throwaway HOME, then `claude -p`. Prints Claude Code's answer (noise: the
-# weights are random) and the engine's prefix-cache figures; stops everything it started.
+# The agent quickstart on this CPU machine, timed: `sm120 launch tiny -V agent` (the tiny model
+# with its positions stretched by hf-overrides to 64k, since Claude Code's own prompt and tool
+# definitions are ~32k tokens on the tiny byte-level tokenizer, and the hermes tool parser),
+# the gateway with a `claude-*` alias, `sm120 connect claude-code --write` (and codex) into a
+# throwaway HOME, then one `claude -p` turn and one `codex exec` turn. Prints each step's
+# seconds and the engine's request lines; stops everything it started. The answers are noise
+# (random weights): the point is that both clients complete a turn with their real prompts.
 #
-#   CLAUDE=/path/to/claude VLLM_PYTHON=... bash benchmarks/claude_code_session.sh
-# (npm install --prefix DIR @anthropic-ai/claude-code gives DIR/node_modules/.bin/claude)
+#   CLAUDE=/path/to/claude [CODEX=/path/to/codex] VLLM_PYTHON=... bash benchmarks/claude_code_session.sh
+# (npm install --prefix DIR @anthropic-ai/claude-code @openai/codex puts both in DIR/node_modules/.bin)
+# Run it under the shared lock on a shared machine: flock /tmp/sm120-heavy.lock bash ...
 set -euo pipefail
 : "${CLAUDE:?set CLAUDE to the claude executable}"
+: "${VLLM_PYTHON:?set VLLM_PYTHON to the engine python}"
 work=$(mktemp -d)
-export SM120_HOME="$work/sm120" HOME_FOR_CLAUDE="$work/user"
+export SM120_HOME="$work/sm120" VLLM_PYTHON
+user_home="$work/user"
 port=${PORT:-8123}
 gateway_port=${GATEWAY_PORT:-18900}
 cleanup() { sm120 gateway stop >/dev/null 2>&1 || true; sm120 stop tiny >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-"${VLLM_PYTHON:?set VLLM_PYTHON to the engine python}" - "$work/tiny" <<'PY'
-import json, sys
-from pathlib import Path
-from sm120.engine.tiny_model import ensure_tiny_model
-import os
-dest = Path(sys.argv[1])
-ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), dest, lambda _: None)
-config = json.loads((dest / "config.json").read_text())
-config["max_position_embeddings"] = 131072
-(dest / "config.json").write_text(json.dumps(config, indent=2))
-PY
-sm120 launch tiny --yes --port "$port" --model-dir "$work/tiny" --set max-model-len=65536 \
-  --set enable-auto-tool-choice=true --set tool-call-parser=hermes | tail -1
-sm120 gateway start --port "$gateway_port" --alias 'claude-*=tiny'
-mkdir -p "$HOME_FOR_CLAUDE" "$work/project" && echo hello > "$work/project/notes.txt"
-HOME="$HOME_FOR_CLAUDE" sm120 connect claude-code --write
-cd "$work/project"
 SECONDS=0
-HOME="$HOME_FOR_CLAUDE" CLAUDE_CODE_MAX_OUTPUT_TOKENS=128 "$CLAUDE" -p "list the files here" || true
-echo "claude -p took ${SECONDS} s"
-grep -c '"POST /v1/messages' "$SM120_HOME/deployments/tiny/logs/serve.log" | sed 's/^/requests to \/v1\/messages: /'
-sm120 status | grep -E "prefix|running"
+sm120 launch tiny -V agent --yes --port "$port" | tail -1
+echo "launch tiny -V agent (model build, engine start, READY): ${SECONDS} s"
+sm120 gateway start --port "$gateway_port" --alias 'claude-*=tiny' >/dev/null
+mkdir -p "$user_home" "$work/project" && echo hello > "$work/project/notes.txt"
+HOME="$user_home" sm120 connect claude-code --write >/dev/null
+cd "$work/project"
+
+# A short output cap: random weights rarely stop on their own.
+SECONDS=0
+HOME="$user_home" CLAUDE_CODE_MAX_OUTPUT_TOKENS=128 "$CLAUDE" -p "list the files here" \
+  >"$work/claude.out" 2>&1 || echo "claude -p exited $?"
+echo "claude -p turn: ${SECONDS} s"
+tail -c 300 "$work/claude.out"; echo
+
+if [ -n "${CODEX:-}" ]; then
+  HOME="$user_home" sm120 connect codex --write >/dev/null
+  SECONDS=0
+  # Codex reads the key from the variable its provider names (connect writes env_key).
+  HOME="$user_home" SM120_API_KEY="$(cat "$SM120_HOME/gateway/api_key")" timeout 600 "$CODEX" exec --skip-git-repo-check "list the files here" \
+    >"$work/codex.out" 2>&1 || echo "codex exec exited $?"
+  echo "codex exec turn: ${SECONDS} s"
+  tail -c 300 "$work/codex.out"; echo
+fi
+
+log="$SM120_HOME/deployments/tiny/logs/serve.log"
+grep -oE '"(POST|GET) /v1/[a-z/_]+[^"]*" [0-9]{3}' "$log" | sort | uniq -c
+sm120 status | grep -E "prefix|running" || true

@@ -1,14 +1,16 @@
 """The gateway's own hop, without an engine's noise: a simulated engine (a raw asyncio server
-answering every request with a chunked event stream) is sent the same streamed request, in
-rotation, from a plain blocking socket: straight, through `python -m sm120.gateway` (the front
-and its fast path, sm120.gateway.front) with the admin key and no usage recorded, through the
-same gateway with keys on (a person's key with limits among --keys others, usage written to
-SQLite), and through the gateway's aiohttp application listening alone, as the gateway did
-before the front. With --before REF, also the gateway as git REF has it (`main`: before keys).
-The difference in time to the first event is what each adds to a first token.
+answering every request with a chunked event stream) is sent the same streamed request three
+ways, in rotation, from a plain blocking socket: straight, through `python -m sm120.gateway`
+(the front and its fast path, sm120.gateway.front), and through the gateway's aiohttp
+application listening alone, as the gateway did before the front. The difference in time to
+the first event is what each adds to a first token.
 
-    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32] [--keys 1000]
-        [--before main]
+    python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32] [--baseline TREE]
+
+`--baseline TREE` adds a side in the same rotation: the gateway of another checkout (e.g.
+main before a change to the front), so a change's cost is measured side by side.
+"gateway, keys on" sends a person's key with limits among --keys others (default 1,000):
+the key lookup, the limits, the turns and the usage record, against "gateway"'s admin key.
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -103,7 +105,7 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, float]:
 
 
 def connect(port: int) -> socket.socket:
-    for _ in range(1200):  # a loaded 2-core box takes seconds to start five processes
+    for _ in range(1200):  # a minute: a gateway's start on a loaded machine takes seconds
         try:
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -155,20 +157,9 @@ def keyed_home(home: Path, keys: int) -> str:
     folder = home / "gateway"
     folder.mkdir(parents=True, mode=0o700)
     store = KeyStore(folder)
-    others = [KeyEntry(f"teammate-{n}", "", rpm=600) for n in range(keys)]
-    add_keys(store, others)
+    add_keys(store, [KeyEntry(f"teammate-{n}", "", rpm=600) for n in range(keys)])
     measured = KeyEntry("bench", "", rpm=10**6, tpm=10**9, concurrency=1000)
     return add_keys(store, [measured])[0]
-
-
-def tree_at(ref: str, work: Path) -> Path:
-    """sm120 as git REF has it, exported (the repository itself is only read)."""
-    dest = work / f"tree-{ref.replace('/', '-')}"
-    dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "sm120"],
-                             capture_output=True, check=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def main() -> None:
@@ -178,12 +169,14 @@ def main() -> None:
     # moves its own noise into the figure.
     parser.add_argument("--prefill-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=32)
-    parser.add_argument("--keys", type=int, default=1000, help="other keys in the keyed store")
-    parser.add_argument("--before", default=None, help="also the gateway of this git ref")
+    parser.add_argument("--baseline", type=Path, help="another checkout's gateway, side by side")
+    parser.add_argument("--keys", type=int, default=1000, help="other keys beside the measured")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm120-proxy-hop-"))
     engine_port, gateway_port, alone_port = free_port(), free_port(), free_port()
-    keyed_port, before_port = free_port(), free_port()
+    baseline_port = free_port()
+    unlogged_port = free_port()
+    keyed_port = free_port()
     (work / "engine_key").write_text("engine-key\n")
     (work / "gateway_key").write_text(KEY + "\n")
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
@@ -195,39 +188,40 @@ def main() -> None:
               str(args.chunks)]  # fmt: skip
     alone = [sys.executable, "-c", APPLICATION_ALONE, str(work / "backends.json"),
              str(work / "gateway_key"), str(alone_port)]  # fmt: skip
-    keyed_env = {**env, "SM120_HOME": str(work / "keyed-home")}
-    person_key = keyed_home(work / "keyed-home", args.keys)
-    runs = [
-        (engine, env), (gateway_argv(work, gateway_port, "--no-usage"), env), (alone, env),
-        (gateway_argv(work, keyed_port), keyed_env),
-    ]  # fmt: skip
-    if args.before:
-        before_env = {
-            **env,
-            "SM120_HOME": str(work / "before-home"),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        before_env["PYTHONPATH"] = str(tree_at(args.before, work))
-        runs.append((gateway_argv(work, before_port), before_env))
-    processes = [subprocess.Popen(argv, env=run_env) for argv, run_env in runs]
+    # Two gateways: the second writes no access log, so the log's cost is their difference.
+    unlogged_env = {**env, "SM120_HOME": str(work / "home-unlogged")}
+    argvs = (engine, gateway_argv(work, gateway_port), alone)
+    processes = [subprocess.Popen(argv, env=env) for argv in argvs]
+    if args.baseline is not None:
+        baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve()),
+                        "SM120_HOME": str(work / "baseline-home")}  # fmt: skip
+        baseline_argv = gateway_argv(work, baseline_port)
+        processes.append(subprocess.Popen(baseline_argv, env=baseline_env, cwd=args.baseline))
+    processes.append(
+        subprocess.Popen(gateway_argv(work, unlogged_port, "--no-access-log"), env=unlogged_env)
+    )
+    keyed_env = {**env, "SM120_HOME": str(work / "home-keyed")}
+    person_key = keyed_home(work / "home-keyed", args.keys)
+    processes.append(subprocess.Popen(gateway_argv(work, keyed_port), env=keyed_env))
     try:
         sides = {
             "direct": (connect(engine_port), request_bytes("engine-key")),
             "gateway": (connect(gateway_port), request_bytes(KEY)),
+            "gateway without access log": (connect(unlogged_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
             "gateway, keys on": (connect(keyed_port), request_bytes(person_key)),
         }
-        if args.before:
-            sides[f"gateway at {args.before}"] = (connect(before_port), request_bytes(KEY))
+        if args.baseline is not None:
+            sides["baseline gateway"] = (connect(baseline_port), request_bytes(KEY))
         for sock, request in sides.values():
             for _ in range(20):  # unmeasured: pools, caches and the CPU's clocks warm
                 one(sock, request)
         samples: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         names = list(sides)
         for index in range(args.pairs):
-            # Each side goes first, second and last equally often.
-            turn = index % len(names)
-            for side in names[turn:] + names[:turn]:
+            # Each side goes first, second, ... and last equally often.
+            shift = index % len(names)
+            for side in names[shift:] + names[:shift]:
                 samples[side].append(one(*sides[side]))
     finally:
         for process in processes:
@@ -244,6 +238,17 @@ def main() -> None:
         report[f"{side} adds to the first event, ms"] = round(
             (first[side] - first["direct"]) * 1000, 3
         )
+    report["access log costs the first event, ms"] = round(
+        (first["gateway"] - first["gateway without access log"]) * 1000, 3
+    )
+    report["access log: whole stream ratio (logged / unlogged)"] = round(
+        whole["gateway"] / whole["gateway without access log"], 4
+    )
+    lines = (work / "home" / "gateway" / "access.log").read_text().count("\n")
+    report["access log lines written"] = lines
+    report["keys on costs the first event, ms"] = round(
+        (first["gateway, keys on"] - first["gateway"]) * 1000, 3
+    )
     report["keys"] = args.keys
     print(json.dumps(report, indent=2))
 

@@ -154,7 +154,104 @@ DSV4: dict[str, Any] = {
     "expert_dtype": "fp8",
 }
 
-CONFIGS: dict[str, dict[str, Any]] = {"glm47": GLM47, "glm52": GLM52, "dsv4": DSV4}
+# Qwen3-Next-80B-A3B (Qwen3NextForCausalLM): Gated DeltaNet layers (16 key heads and 32 value
+# heads of 128, conv kernel 4) with a full GQA layer every 4th (2 KV heads of 256). Cut from
+# 48 to 8 layers, the 3 x linear + 1 x full pattern kept (config copy:
+# tests/data/model_configs/qwen3-next-80b-a3b.json).
+QWEN3_NEXT: dict[str, Any] = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "num_hidden_layers": 8,
+    "layer_types": ["linear_attention"] * 3
+    + ["full_attention"]
+    + ["linear_attention"] * 3
+    + ["full_attention"],
+    "full_attention_interval": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000000,
+    "max_position_embeddings": 262144,
+    "num_nextn_predict_layers": 1,
+    # shrunk
+    "hidden_size": 2048,
+    "intermediate_size": 4096,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "norm_topk_prob": True,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+# Kimi-Linear-48B-A3B (KimiLinearForCausalLM): KDA layers (32 heads of 128, conv kernel 4) with
+# an MLA layer (512 + 64 latent) every 4th; Kimi-K3 (KimiK3ForConditionalGeneration) has the
+# same two layer kinds (96 KDA heads, 69 KDA + 24 MLA layers) and no vLLM 0.26 registry entry.
+# Cut from 27 to 8 layers (config copy: tests/data/model_configs/kimi-linear-48b-a3b.json).
+KIMI_LINEAR: dict[str, Any] = {
+    "architectures": ["KimiLinearForCausalLM"],
+    "model_type": "kimi_linear",
+    "num_hidden_layers": 8,
+    "linear_attn_config": {
+        "kda_layers": [1, 2, 3, 5, 6, 7],
+        "full_attn_layers": [4, 8],
+        "num_heads": 32,
+        "head_dim": 128,
+        "short_conv_kernel_size": 4,
+    },
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "head_dim": 72,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "mla_use_nope": True,
+    "model_max_length": 1048576,
+    "max_position_embeddings": 1048576,
+    "num_nextn_predict_layers": 0,
+    # shrunk
+    "hidden_size": 2304,
+    "intermediate_size": 4096,
+    "moe_intermediate_size": 512,
+    "num_experts": 16,
+    "num_experts_per_token": 4,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "moe_renormalize": True,
+    "moe_router_activation_func": "sigmoid",
+    "routed_scaling_factor": 2.446,
+    "use_grouped_topk": True,
+    "num_expert_group": 1,
+    "topk_group": 1,
+    "vocab_size": 163840,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "glm47": GLM47,
+    "glm52": GLM52,
+    "dsv4": DSV4,
+    "qwen3next": QWEN3_NEXT,
+    "kimilinear": KIMI_LINEAR,
+}
 
 
 def write_reduced(recipe: str, dest: Path) -> Path:

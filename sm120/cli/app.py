@@ -23,6 +23,7 @@ from sm120.cli import (
     plan_cmd,
     recipes,
     service,
+    tune,
     validate,
     weights,
 )
@@ -72,7 +73,11 @@ evaluate.register(app)
 gateway.register(app)
 connect.register(app)
 dashboard.register(app)
+tune.register(app)
 
 
 def main() -> None:
+    from sm120.core.startup import python_handles_interrupts
+
+    python_handles_interrupts()
     app()

@@ -80,7 +80,7 @@ def start(
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
     from sm120.core.ports import ensure_port_free
-    from sm120.gateway.aliases import load_alias_file, merged, parse_alias
+    from sm120.gateway.aliases import AliasTable, load_alias_file, merged, parse_alias
     from sm120.gateway.config import GatewayConfig
     from sm120.gateway.control import check_config, start_gateway
     from sm120.gateway.files import ensure_gateway_key, gateway_files
@@ -90,6 +90,7 @@ def start(
     from_file = aliases_file or files.aliases
     file_aliases = load_alias_file(from_file) if aliases_file or from_file.exists() else []
     chosen = merged(file_aliases, [parse_alias(text) for text in alias])
+    AliasTable(chosen)  # the file and --alias together within the bound, said here in one line
     config = GatewayConfig(
         host, port, max_awake, swap_wait, aliases=chosen, normalize_prompts=normalize_prompts,
         record_usage=not no_usage, request_log=request_log,

@@ -31,6 +31,7 @@ def _plan(recipe: str, variant: list[str], env_file: Path):  # type: ignore[no-u
 
 def _build_args(pairs: list[str]) -> dict[str, str]:
     from sm120.core.errors import SM120Error
+    from sm120.recipe.schema import build_arg_problem
 
     args: dict[str, str] = {}
     for pair in pairs:
@@ -39,6 +40,9 @@ def _build_args(pairs: list[str]) -> dict[str, str]:
             raise SM120Error(
                 f"--build-arg expects KEY=VALUE, got '{pair}'", "e.g. --build-arg TORCH_INDEX_URL="
             )
+        problem = build_arg_problem(key, value)
+        if problem:
+            raise SM120Error(f"--build-arg {problem}", "e.g. --build-arg TORCH_INDEX_URL=")
         args[key] = value
     return args
 

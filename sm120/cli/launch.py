@@ -97,6 +97,9 @@ def launch(
     gate_max_tokens: int | None = typer.Option(
         None, "--gate-max-tokens", help="With --gate: cap each answer (default: no cap)."
     ),
+    no_tuned: bool = typer.Option(
+        False, "--no-tuned", help="Leave the settings 'sm120 tune' found on this host aside."
+    ),
 ) -> None:
     """Resolve the plan, run the rules, and serve (or only print the plan with --dry-run)."""
     from sm120.cli.serving import TerminalView
@@ -131,6 +134,7 @@ def launch(
         gate=gate,
         keep_on_fail=keep_on_fail,
         gate_max_tokens=gate_max_tokens,
+        no_tuned=no_tuned,
     )
     from sm120 import IMPORTED_AT
 
@@ -168,12 +172,13 @@ def launch_request(
     gate: list[str],
     keep_on_fail: bool,
     gate_max_tokens: int | None,
+    no_tuned: bool = False,
 ) -> LaunchRequest:
     """The options as one request, each refused here when it is malformed (before any
     work): the gate's suites, --gpus, --restart, the .env file, --nodes."""
     from sm120.deploy.gate import gate_request
     from sm120.deploy.session import LaunchRequest
-    from sm120.engine.cluster.hosts import parse_nodes
+    from sm120.engine.cluster.hosts import parse_nodes, parse_ssh_options
     from sm120.plan.request import plan_request
 
     gate_wanted = gate_request(gate, keep_on_fail, gate_max_tokens)
@@ -209,7 +214,7 @@ def launch_request(
         runtime=runtime,
         network=network,
         nodes=tuple(parse_nodes(nodes)) if nodes is not None else None,
-        ssh_options=tuple(ssh_option),
+        ssh_options=parse_ssh_options(ssh_option),
         vllm_python=vllm_python,
         api_key=api_key,
         replace=replace,
@@ -218,6 +223,7 @@ def launch_request(
         yes=yes,
         monitor=not no_monitor,
         gate=gate_wanted,
+        use_tuned=not no_tuned,
     )
 
 

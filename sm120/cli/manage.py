@@ -67,6 +67,11 @@ def status(
         typer.echo(gateway.describe())
 
 
+def _or_unknown(value: object, form: str = "{}") -> str:
+    # The engine wrote NaN or an infinity (status.parse_gauges): a value nobody knows.
+    return "unknown" if value is None else form.format(value)
+
+
 def _status_text(row: dict[str, object]) -> str:
     lines = [f"{row['name']}  ({row['recipe']}, {row['runtime']} runtime, plan {row['plan_hash']})"]
     if row["running"]:
@@ -81,10 +86,11 @@ def _status_text(row: dict[str, object]) -> str:
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")
-        if row.get("kv_cache_usage_pct") is not None:
+        if "kv_cache_usage_pct" in row:
             lines.append(
-                f"  KV usage  {row['kv_cache_usage_pct']:.1f}%  running "
-                f"{row.get('requests_running')}, waiting {row.get('requests_waiting')}"
+                f"  KV usage  {_or_unknown(row['kv_cache_usage_pct'], '{:.1f}%')}  running "
+                f"{_or_unknown(row.get('requests_running'))}, "
+                f"waiting {_or_unknown(row.get('requests_waiting'))}"
             )
         if row.get("prefix_cache_hit_pct") is not None:
             lines.append(
@@ -118,9 +124,18 @@ def logs(
     polls: bool = typer.Option(
         False, "--polls", help="Also show the monitor's own GET /health and /metrics lines."
     ),
+    gateway: bool = typer.Option(
+        False,
+        "--gateway",
+        help="The gateway's access log instead: a line per request (its own 401s and 404s "
+        "included) and its starts, stops, swaps and refusals.",
+    ),
 ) -> None:
     """The engine's log (the file in the deployment's state dir)."""
     if ctx.invoked_subcommand is not None:
+        return
+    if gateway:
+        _gateway_log(lines, follow)
         return
     from sm120.deploy.status import tail_lines
     from sm120.engine.find import find_deployment, runtime_for
@@ -146,6 +161,31 @@ def logs(
         for line in runtime.follow(state, from_line=count):
             if not polls and is_poll_line(line):
                 continue
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+
+
+def _gateway_log(lines: int, follow: bool) -> None:
+    from sm120.core.errors import SM120Error
+    from sm120.deploy.status import tail_lines
+    from sm120.engine.runtime.native import follow_log
+    from sm120.gateway.files import gateway_files
+
+    path = gateway_files(create=False).access_log
+    if not path.is_file():
+        raise SM120Error(
+            f"no gateway access log at {path}",
+            "the gateway writes it once it runs: sm120 gateway start",
+        )
+    tail, count = tail_lines(str(path), lines)
+    for line in tail[-lines:] if lines else []:
+        sys.stdout.write(line + "\n")
+    if not follow:
+        return
+    try:
+        for line in follow_log(path, from_line=count, stop=lambda: False, running=lambda: True):
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
     except KeyboardInterrupt:

@@ -63,7 +63,10 @@ def plan(
     problems = value_problems(launch_plan)
     if problems:
         raise PlanError(problems[0], "'sm120 launch' refuses the same value; fix it and plan again")
-    dims = load_dims(launch_plan.model.dims, launch_plan.model.weights_gib, launch_plan.model_dir)
+    model = launch_plan.model
+    dims = load_dims(
+        model.dims, model.weights_gib, launch_plan.model_dir, model.repo, model.architecture
+    )
     spec = build_spec(launch_plan, dims, gpus, gpu_mem_gib, kv_memory_gib, max_model_len)
     tp, dcp = planned_layout(launch_plan)
     if tp > gpus:
@@ -117,9 +120,10 @@ def _show(report: Report, recipe: str) -> None:
     table.add_column("what", style="bold")
     table.add_column("value")
     weights = planned.weights_gib_per_gpu
+    about = "~" if spec.weights_estimate is not None else ""  # counted from model.dims
     table.add_row(
         "weights / GPU",
-        "unknown" if weights is None else f"{weights:.2f} GiB ({spec.dims.weights_source})",
+        "unknown" if weights is None else f"{about}{weights:.2f} GiB ({spec.dims.weights_source})",
     )
     table.add_row(
         "KV memory / GPU",

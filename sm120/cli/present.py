@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,14 @@ from rich.table import Table
 
 from sm120.core.net import http_url
 from sm120.deploy.checked import CheckedPlan, performance_document, protocols_document
+from sm120.deploy.tuned import tuned_summary
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
+from sm120.render.launcher import launcher_env
 from sm120.render.multinode import NodeLaunch
 
 
@@ -113,7 +116,12 @@ def _flag_lines(checked: CheckedPlan) -> list[tuple[str, str]]:
         while end < len(argv) and not argv[end].startswith("--"):
             end += 1
         text = shlex.join(argv[index:end])
-        lines.append((f"  {text}", plan.why.get(token.removeprefix("--").removeprefix("no-"), "")))
+        name = token.removeprefix("--").removeprefix("no-")
+        # A tuned value is not the one the recipe's why-note explains.
+        tuned = plan.provenance.get(f"args.{name}") == "tuned"
+        lines.append(
+            (f"  {text}", "tuned on this host (sm120 tune)" if tuned else plan.why.get(name, ""))
+        )
         index = end
     return lines
 
@@ -167,10 +175,13 @@ def show_plan(checked: CheckedPlan) -> None:
     )
     console.print(f"plan      {plan.plan_hash}")
     _show_performance(console, checked)
-    console.print("\n[bold]command[/bold]")
-    for text, why in _flag_lines(checked):
-        console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
-    env = render_env(plan)
+    if plan.launcher is not None:
+        _show_launcher(console, plan)
+    else:
+        console.print("\n[bold]command[/bold]")
+        for text, why in _flag_lines(checked):
+            console.print(text + (f"  [dim]# {why}[/dim]" if why else ""), soft_wrap=True)
+    env = plan.env_dict if plan.launcher is not None else render_env(plan)
     if env:
         console.print("\n[bold]environment[/bold]")
         for key, value in env.items():
@@ -180,6 +191,34 @@ def show_plan(checked: CheckedPlan) -> None:
             )
     _show_derived(console, checked)
     _show_rules(console, checked)
+
+
+def _show_launcher(console: Console, plan: LaunchPlan) -> None:
+    """A route the image's own entrypoint runs: its command, the knobs sm120 renders for it,
+    where their expansion is published (or why not), and the flags the source says it runs."""
+    assert plan.launcher is not None
+    launcher = plan.launcher
+    console.print("\n[bold]command[/bold] (the image's own launcher, run as is)")
+    console.print(f"{shlex.join(launcher.command)}", soft_wrap=True, markup=False)
+    console.print("\n[bold]launcher knobs[/bold]")
+    carried = {knob: flag for knob, flag in launcher.from_args.items()}
+    for key, value in launcher_env(plan).items():
+        note = f"from {carried[key]}" if key in carried else plan.why.get(key, "")
+        console.print(
+            escape(f"  {key}={value}") + (f"  [dim]# {escape(note)}[/dim]" if note else ""),
+            soft_wrap=True,
+        )
+    console.print(f"expansion {launcher.expansion}", soft_wrap=True, markup=False)
+    console.print(f"source    {launcher.source}", soft_wrap=True, markup=False)
+    console.print(
+        "\n[bold]flags the source says it runs[/bold] (read by the planner and the rules; "
+        "only those a knob carries reach the launcher)"
+    )
+    flags = set(carried.values())
+    for name, value in plan.args:
+        text = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else value
+        mark = "  [dim]# a knob carries it[/dim]" if name in flags else ""
+        console.print(escape(f"  --{name} {text}") + mark, soft_wrap=True)
 
 
 def performance_lines(plan: LaunchPlan) -> list[str]:
@@ -229,6 +268,21 @@ def performance_lines(plan: LaunchPlan) -> list[str]:
         lines.append(
             f"suspect    the published figure is above the {bound}: check its source's "
             "conditions before taking it as a target"
+        )
+    return lines + tuned_lines(plan)
+
+
+def tuned_lines(plan: LaunchPlan) -> list[str]:
+    """`sm120 tune`'s result for this host, when one is kept (none: no line, no GPU read)."""
+    summary = tuned_summary(plan)
+    if summary is None:
+        return []
+    unit = summary["unit"] or ""
+    lines = [f"tuned      {summary['line']}"]
+    if summary["leader"] is not None and summary["default"] is not None:
+        lines.append(
+            f"           {summary['objective']}: {summary['leader']:,.1f} {unit} tuned, "
+            f"{summary['default']:,.1f} {unit} default (sm120 tune {plan.recipe} --show)"
         )
     return lines
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
@@ -55,6 +55,24 @@ class PhaseProgress:
             self.started = time.monotonic()
             if self.status is not None:
                 self.status.start()
+
+    def asking(self, confirm: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
+        """The question on a line of its own: the spinner stops while it waits for the answer
+        and its clock starts again after (the wait was the user's, not the engine's)."""
+        if confirm is None:
+            return None
+
+        def ask(question: str) -> bool:
+            if self.status is not None:
+                self.status.stop()
+            try:
+                return confirm(question)
+            finally:
+                self.started = time.monotonic()
+                if self.status is not None:
+                    self.status.start()
+
+        return ask
 
     def message(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True)

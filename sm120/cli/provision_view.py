@@ -32,6 +32,8 @@ class ProvisionDisplay:
         self.phase_task: TaskID | None = None
         self.download: TaskID | None = None
         self.package = ""
+        self.size = 0  # the current download's size as pip announced it (0: not stated)
+        self.downloads = 0
         self.downloaded = 0  # bytes of finished downloads
         self.last: DownloadAdvanced | None = None  # the current download's latest count
 
@@ -72,32 +74,51 @@ class ProvisionDisplay:
             self._advance(event)
         elif isinstance(event, DownloadStarted):
             self._finish_download()
-            self.package = event.package
+            self.package, self.size = event.package, event.size
+            self.downloads += 1
             if self.bars is not None:
-                self.download = self.bars.add_task(_short(event.package), total=None)
+                self.download = self.bars.add_task(_short(event.package), total=event.size or None)
+                self._show_phase()
             else:
                 self.console.print(f"  downloading {event.package}", highlight=False)
-        elif self.bars is not None and self.phase_task is not None:
-            self.bars.update(self.phase_task, description=_short(event.text.strip(), 60))
+        elif self._finish_download() or self.bars is not None:
+            # pip's other lines (Collecting, Requirement already satisfied, ...) are its own
+            # chatter: the phase line says what provisioning has done instead.
+            self._show_phase()
         else:
             self.console.print(f"[dim]{event.text}[/dim]", highlight=False, soft_wrap=True)
 
+    def _show_phase(self) -> None:
+        if self.bars is None or self.phase_task is None:
+            return
+        description = f"provisioning: {self.downloads} downloaded"
+        if self.downloaded:
+            description += f", {self.downloaded / 1e6:,.0f} MB"
+        self.bars.update(self.phase_task, description=description)
+
     def _advance(self, event: DownloadAdvanced) -> None:
+        total = event.total or self.size
         if self.bars is not None and self.download is not None:
-            self.bars.update(self.download, completed=event.done, total=event.total or None)
+            self.bars.update(self.download, completed=event.done, total=total or None)
         self.last = event
-        if event.total and event.done >= event.total:
+        if total and event.done >= total:
             self._finish_download()
 
-    def _finish_download(self) -> None:
-        if self.last is not None:
-            self.downloaded += self.last.done
-            if self.bars is None:
-                self.console.print(f"    {self.last.done / 1e6:,.1f} MB", highlight=False)
-        self.last = None
+    def _finish_download(self) -> bool:
+        """Count the current download as done (False: returned for the caller's `or`)."""
+        # pip names the next package (or ends) only once a download is complete: without
+        # byte counts (a pip before 24.1), the size it announced is what arrived.
+        done = self.last.done if self.last is not None else self.size
+        if self.download is not None or self.last is not None or self.size:
+            self.downloaded += done
+            if self.bars is None and done:
+                self.console.print(f"    {done / 1e6:,.1f} MB", highlight=False)
+        self.last, self.size = None, 0
         if self.bars is not None and self.download is not None:
             self.bars.remove_task(self.download)
         self.download = None
+        self._show_phase()
+        return False
 
 
 def _short(text: str, width: int = 40) -> str:

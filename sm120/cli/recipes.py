@@ -41,11 +41,16 @@ def show(
     """The resolved plan of a recipe with the why of every setting."""
     from sm120.cli.present import show_plan
     from sm120.deploy.checked import checked_plan, plan_document
+    from sm120.deploy.tuned import tuned_summary
     from sm120.plan.request import plan_request
 
     checked = checked_plan(plan_request(name, environ=os.environ, variants=variant))
     if as_json:
-        typer.echo(json.dumps(plan_document(checked), indent=2))
+        document = plan_document(checked)
+        tuned = tuned_summary(checked.plan)
+        if tuned is not None:  # beside the published figure and the roofline
+            document["tuned"] = tuned
+        typer.echo(json.dumps(document, indent=2))
     else:
         show_plan(checked)
 

@@ -130,6 +130,8 @@ def read_json_capped(path: Path, limit: int, what: str, hint: str) -> object:
     text = read_text_capped(path, limit, what, hint)
     try:
         return json.loads(text)
+    except RecursionError:
+        raise SM120Error(f"{path} is JSON nested deeper than sm120 reads", hint) from None
     except ValueError as exc:
         raise SM120Error(f"{path} is not readable JSON: {exc}", hint) from None
 

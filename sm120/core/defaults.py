@@ -21,3 +21,7 @@ BENCH_SETTLE_S = 2.0
 # The .env file a command reads when no --env-file is given (and it exists), as docker
 # compose reads it.
 DEFAULT_ENV_FILE = Path(".env")
+# `sm120 tune --budget`: minutes of launching and measuring before the search stops (the
+# final default/leader pairs are counted in it), and `--rounds`: measurements per candidate.
+TUNE_BUDGET_MIN = 60.0
+TUNE_ROUNDS = 3

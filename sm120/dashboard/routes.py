@@ -135,9 +135,9 @@ async def _login(request: web.Request) -> web.Response:
     raise signed_in
 
 
-async def _logout(_request: web.Request) -> web.Response:
+async def _logout(request: web.Request) -> web.Response:
     signed_out = web.HTTPSeeOther(PREFIX)
-    Access.close_session(signed_out, PREFIX)
+    request.app[ACCESS].close_session(request, signed_out, PREFIX)
     raise signed_out
 
 
@@ -167,7 +167,7 @@ async def _action(request: web.Request) -> web.Response:
         return web.json_response({"error": "send the action as JSON"}, status=415)
     try:
         asked = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         asked = None
     action = asked.get("action") if isinstance(asked, dict) else None
     name = asked.get("deployment") if isinstance(asked, dict) else None

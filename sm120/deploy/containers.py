@@ -14,7 +14,7 @@ from sm120.core.paths import sm120_home
 from sm120.engine import docker_api
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.secrets import ensure_api_key, read_api_key
-from sm120.engine.tiny_model import TinyModelError
+from sm120.engine.tiny_model import TinyModelError, refresh_chat_template
 from sm120.images.build import BuildOptions, build
 from sm120.plan.resolve import LaunchPlan
 from sm120.render.container import ContainerPlacement, container_argv, render_container
@@ -81,6 +81,7 @@ def ensure_tiny_model_in_image(
         return
     dest = Path(plan.model_dir)
     if (dest / "config.json").is_file():
+        refresh_chat_template(dest, progress)
         return
     progress(f"building the tiny test model in {dest} (inside the image)")
     # The builder writes beside the destination and renames into place: mount the parent.

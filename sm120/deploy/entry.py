@@ -51,7 +51,7 @@ class EntryPaths:
 def read_manifest(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise WrongImage(
             f"no sm120 manifest at {path}", "run an image 'sm120 build RECIPE' made"
         ) from None
@@ -131,7 +131,8 @@ def container_plan(
         plan, python=engine_python, container_model_dir=model_dir, bind_host="0.0.0.0"
     )
     api_key = environ.get("VLLM_API_KEY") or None
-    return argv, render_env(plan, api_key=api_key)
+    env = render_env(plan, api_key=api_key, container_model_dir=model_dir, bind_host="0.0.0.0")
+    return argv, env
 
 
 def _engine_python(recorded: Path, plan: LaunchPlan) -> str:

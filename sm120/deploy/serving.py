@@ -47,6 +47,11 @@ class StartView(Protocol):
         """A phase of its own before the engine starts: installing the managed engine."""
         ...
 
+    def asking(self, confirm: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
+        """`confirm`, asked with the live progress out of the way (a question under a
+        running "starting the engine 83s" line reads as progress, not as a question)."""
+        ...
+
 
 class ServeView(Protocol):
     """What the user sees of serving."""
@@ -97,6 +102,7 @@ def serve(
                 ready = launch_cluster(checked, cluster, options, progress.message, progress.update)
             else:
                 options.provision_view = progress.provisioning
+                options.confirm = progress.asking(options.confirm)
                 ready = launch(checked, engine, options, progress.message, progress.update)
     except StartupFailed as exc:
         for line in describe_failure(exc):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,7 @@ from sm120.deploy.launcher import (
 from sm120.deploy.monitoring import check_restart_policy
 from sm120.deploy.placement import check_no_overlap, check_placeable, placed_hardware
 from sm120.deploy.serving import ServeView, serve
+from sm120.deploy.tuned import NOTHING, tuned_for
 from sm120.doctor.detect import detect
 from sm120.engine import docker_api
 from sm120.engine.cluster.hosts import check_nodes_fit, require_nodes
@@ -70,6 +71,7 @@ class LaunchRequest:
     yes: bool = False
     monitor: bool = True
     gate: GateRequest | None = None
+    use_tuned: bool = True  # --no-tuned: leave `sm120 tune`'s result for this host aside
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Prepared:
     plan_request: PlanRequest
     checked: CheckedPlan
     launches: list[NodeLaunch] | None = None
+    tuned_line: str | None = None  # where the tuned settings came from, or why none apply
 
 
 class LaunchView(ServeView, Protocol):
@@ -101,6 +104,8 @@ def launch(request: LaunchRequest, view: LaunchView, started_at: float | None = 
     (time.monotonic()) is where the launch's wall-time split begins: now, unless given."""
     started = time.monotonic() if started_at is None else started_at
     prepared = prepare(request)
+    if prepared.tuned_line:
+        view.line(prepared.tuned_line)
     if request.dry_run:
         view.preview(prepared)
         return 1 if prepared.checked.failed else 0
@@ -120,6 +125,12 @@ def prepare(request: LaunchRequest) -> Prepared:
         hardware = detect() or Hardware(gpus=0, arch="cpu", source="detected")
     check_runtime(request.runtime, request.network)
     checked = checked_plan(request.plan, hardware)
+    tuned = NOTHING
+    if request.use_tuned and request.nodes is None:
+        tuned = tuned_for(checked.plan)
+        if tuned.sets:
+            request = replace(request, plan=replace(request.plan, tuned=tuned.sets))
+            checked = checked_plan(request.plan, checked.hardware)
     if request.placement is not None:
         check_placeable(checked.plan, request.placement)
     check_restart_policy(checked.plan, monitor=request.monitor)
@@ -128,7 +139,7 @@ def prepare(request: LaunchRequest) -> Prepared:
         return Prepared(request, request.plan, checked, launches)
     # The weights of a multi-node plan sit at one path on every node: no local default.
     plan_request, checked = _weights_dir(request.plan, checked)
-    return Prepared(request, plan_request, checked)
+    return Prepared(request, plan_request, checked, tuned_line=tuned.line)
 
 
 def check_runtime(runtime: str, network: str) -> None:

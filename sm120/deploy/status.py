@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def _age(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _metrics(base: str) -> dict[str, float]:
+def _metrics(base: str) -> dict[str, float | None]:
     """A few gauges and the prefix-cache counters from /metrics; the full parser belongs to
     the monitor."""
     wanted = {
@@ -42,28 +43,51 @@ def _metrics(base: str) -> dict[str, float]:
         "vllm:gpu_prefix_cache_queries_total": "prefix_queries",
         "vllm:gpu_prefix_cache_hits_total": "prefix_hits",
     }
-    found: dict[str, float] = {}
     try:
         with httpx.Client(timeout=_READ_TIMEOUT) as http:
             text = bounded_request(http, "GET", f"{base}/metrics").text
     except (httpx.HTTPError, BadServerResponse):
-        return found
+        return {}
+    return parse_gauges(text, wanted)
+
+
+def parse_gauges(text: str, wanted: dict[str, str]) -> dict[str, float | None]:
+    """Each wanted series summed over its labels; None (unknown) where the engine wrote NaN
+    or an infinity, which Prometheus text allows and no figure of ours can show."""
+    found: dict[str, float | None] = {}
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in wanted and not line.startswith("#"):
-            try:
-                found[wanted[name]] = found.get(wanted[name], 0.0) + float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                continue
+        if name not in wanted or line.startswith("#"):
+            continue
+        try:
+            value = float(line.rsplit(" ", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        key = wanted[name]
+        if key in found and found[key] is None:
+            continue
+        total = (found.get(key) or 0.0) + value
+        found[key] = total if math.isfinite(total) else None
     return found
 
 
-def _prefix_cache(metrics: dict[str, float]) -> dict[str, Any]:
-    """The hit rate since the server started; None until a prompt has been looked up."""
-    queried = metrics.get("prefix_queries")
-    if queried is None:
+def _known(value: float | None, scale: float = 1.0) -> float | None:
+    return None if value is None else value * scale
+
+
+def _count(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _prefix_cache(metrics: dict[str, float | None]) -> dict[str, Any]:
+    """The hit rate since the server started; None until a prompt has been looked up, or
+    while a counter reads NaN."""
+    if "prefix_queries" not in metrics:
         return {}
+    queried = metrics["prefix_queries"]
     hits = metrics.get("prefix_hits", 0.0)
+    if queried is None or hits is None:
+        return {"prefix_cache_hit_pct": None, "prefix_cache_queried_tokens": None}
     return {
         "prefix_cache_hit_pct": hits / queried * 100 if queried else None,
         "prefix_cache_queried_tokens": int(queried),
@@ -97,9 +121,9 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         row["health"] = _health(base, read_api_key(state.api_key_file))
         metrics = _metrics(base)
         if "kv" in metrics:
-            row["kv_cache_usage_pct"] = metrics["kv"] * 100
-            row["requests_running"] = int(metrics.get("running", 0))
-            row["requests_waiting"] = int(metrics.get("waiting", 0))
+            row["kv_cache_usage_pct"] = _known(metrics["kv"], 100)
+            row["requests_running"] = _count(metrics.get("running", 0.0))
+            row["requests_waiting"] = _count(metrics.get("waiting", 0.0))
         row.update(_prefix_cache(metrics))
     else:
         info = current.exit or runtime.exit_info(state)

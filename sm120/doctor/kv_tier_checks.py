@@ -6,6 +6,7 @@ folder and the space."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,15 +57,9 @@ def check_kv_tier_disk(
     if needs.kv_tier_disk_path is None or needs.kv_tier_disk_gib is None:
         return []
     folder = Path(needs.kv_tier_disk_path)
-    if not folder.is_dir():
-        return [
-            Finding(
-                "kv-tier-disk",
-                "error",
-                f"the KV tier's disk folder {folder} does not exist",
-                f"mkdir -p {folder}, on a local NVMe disk",
-            )
-        ]
+    problem = _not_a_folder(folder)
+    if problem is not None:
+        return [Finding("kv-tier-disk", "error", problem[0], problem[1])]
     if not writable(str(folder)):
         return [Finding("kv-tier-disk", "error", f"{folder} is not writable", "chown or chmod it")]
     free = int(disk_usage(str(nearest_existing(folder))).free)
@@ -85,3 +80,33 @@ def check_kv_tier_disk(
             )
         ]
     return [Finding("kv-tier-disk", "ok", text, data=data)]
+
+
+def _not_a_folder(folder: Path) -> tuple[str, str] | None:
+    """What `folder` is when it is not a folder the tier can use (message, fix), or None."""
+    shown = str(folder) if len(str(folder)) <= 120 else f"{str(folder)[:100]}..."
+    try:
+        mode = folder.stat().st_mode
+    except FileNotFoundError:
+        return (
+            f"the KV tier's disk folder {shown} does not exist",
+            f"mkdir -p {shown}, on a local NVMe disk",
+        )
+    except OSError as exc:
+        return (
+            f"the KV tier's disk folder {shown} cannot be used: {exc.strerror or exc}",
+            "set kv_tier.disk_path to a folder on a local NVMe disk",
+        )
+    if stat.S_ISDIR(mode):
+        return None
+    kind = (
+        "a regular file"
+        if stat.S_ISREG(mode)
+        else "a device"
+        if stat.S_ISBLK(mode) or stat.S_ISCHR(mode)
+        else "not a folder"
+    )
+    return (
+        f"the KV tier's disk folder {shown} is {kind}, not a folder",
+        "set kv_tier.disk_path to a folder on a local NVMe disk (a file system, not a device)",
+    )

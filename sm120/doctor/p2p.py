@@ -223,7 +223,7 @@ def _step_result(event: dict[str, Any], seconds: float) -> StepResult:
 def _parse(line: str) -> dict[str, Any]:
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -100,7 +100,7 @@ def _decision(verdict: dict[str, Any], *, probed: bool) -> P2PDecision:
 def _read_cache(path: Path) -> dict[str, Any]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return raw if isinstance(raw, dict) else {}
 

@@ -162,7 +162,7 @@ def _last_json(text: str) -> dict[str, Any]:
     for line in reversed(text.splitlines()):
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value

@@ -82,7 +82,13 @@ def check_pcie_links(snapshot: Snapshot | None) -> list[Finding]:
     """Each GPU's link width and generation against what the slot and card can do."""
     if snapshot is None:
         return []
-    measured = [g for g in snapshot.gpus if g.pcie_width_max or g.pcie_gen_max]
+    # A capture with only the maxima (the doctor's CSV query asks pcie.link.gen.max) says
+    # nothing about the links as they are: no finding rather than "full speed ()".
+    measured = [
+        g
+        for g in snapshot.gpus
+        if (g.pcie_width_max and g.pcie_width_current) or (g.pcie_gen_max and g.pcie_gen_current)
+    ]
     if not measured:
         return []
     links = {

@@ -335,7 +335,7 @@ def load_cursor(path: Path) -> CaptureCursor | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return CaptureCursor(**data)
-    except (FileNotFoundError, ValueError, TypeError):
+    except (FileNotFoundError, ValueError, TypeError, RecursionError):
         return None
 
 

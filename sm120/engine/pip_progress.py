@@ -21,6 +21,7 @@ _PIP_VERSION = re.compile(r"^pip (?P<major>\d+)\.(?P<minor>\d+)")
 @dataclass(frozen=True)
 class DownloadStarted:
     package: str  # the file's name, without the index URL
+    size: int = 0  # bytes, as the line states it ("(599.2 MB)"); 0 when it states none
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,18 @@ def parse_pip_line(line: str) -> PipEvent:
         return DownloadAdvanced(int(progress["done"]), int(progress["total"]))
     downloading = _DOWNLOADING.match(line)
     if downloading:
-        return DownloadStarted(downloading["what"].rsplit("/", 1)[-1])
+        return DownloadStarted(downloading["what"].rsplit("/", 1)[-1], _bytes(downloading["size"]))
     return PlainLine(line)
+
+
+_SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[kMG]?B)$")
+# pip writes sizes in decimal units (its format_size: kB, MB, GB).
+_UNITS = {"B": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
+
+
+def _bytes(size: str | None) -> int:
+    found = _SIZE.match((size or "").strip())
+    return round(float(found["number"]) * _UNITS[found["unit"]]) if found else 0
 
 
 def has_raw_progress(pip_version_line: str) -> bool:

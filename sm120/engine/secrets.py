@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from sm120.core.errors import SM120Error
 from sm120.engine.state import deployment_dir, write_private_atomically
 
 KEY_FILE = "api_key"
+# What a key may hold: an HTTP header carries it.
+_PRINTABLE_ASCII = re.compile(rb"[\x21-\x7e]+")
 
 
 def key_path(name: str) -> Path:
@@ -28,9 +31,10 @@ def ensure_api_key(name: str, given: str | None) -> Path:
 
 
 def check_api_key(key: str) -> str:
-    if not key or any(char.isspace() or not char.isprintable() for char in key):
+    # An HTTP header carries it: printable ASCII, as read_api_key takes it back.
+    if not key or not _PRINTABLE_ASCII.fullmatch(key.encode("utf-8", errors="replace")):
         raise SM120Error(
-            "--api-key must be printable text without spaces",
+            "--api-key must be printable ASCII text without spaces",
             "leave it out and a key is generated (stored 0600 beside the deployment)",
         )
     return key
@@ -38,6 +42,10 @@ def check_api_key(key: str) -> str:
 
 # A key is a few dozen characters; a pointer to /dev/zero or a FIFO must not hold us.
 MAX_KEY_BYTES = 4096
+
+
+class KeyFileError(SM120Error):
+    """A key file that holds something other than a key."""
 
 
 def read_api_key(path: str | None) -> str | None:
@@ -52,4 +60,12 @@ def read_api_key(path: str | None) -> str | None:
         return None
     if len(data) > MAX_KEY_BYTES:
         return None
-    return data.decode("utf-8", errors="replace").strip() or None
+    key = data.strip()
+    if key and not _PRINTABLE_ASCII.fullmatch(key):
+        # Decoded with replacement characters it would be a key nobody holds (and no HTTP
+        # header can carry it): the file is damaged, so say which one.
+        raise KeyFileError(
+            f"key file {path} holds bytes that are not a key (printable ASCII)",
+            "delete it; launch writes a new key (or write the key you use into it)",
+        )
+    return key.decode("ascii") or None

@@ -68,15 +68,22 @@ def deployment_dir(name: str) -> Path:
     return path
 
 
-def private_dir(path: Path) -> Path:
-    """Create path as 0700, and so each missing folder from sm120's home down to it: the
-    state tree holds API keys, logs with prompts, and what `stop` acts on."""
+def refuse_home_file() -> Path:
+    """sm120's home, refused when it names something that is not a folder: read as an empty
+    tree it would make `status` say nothing is deployed while engines run elsewhere."""
     home = sm120_home()
     if home.exists() and not home.is_dir():
         raise StateError(
             f"SM120_HOME {home} is a file, not a folder",
             hint="point SM120_HOME at a folder (or unset it for ~/.local/state/sm120)",
         )
+    return home
+
+
+def private_dir(path: Path) -> Path:
+    """Create path as 0700, and so each missing folder from sm120's home down to it: the
+    state tree holds API keys, logs with prompts, and what `stop` acts on."""
+    home = refuse_home_file()
     ours = [folder for folder in (*reversed(path.parents), path) if folder.is_relative_to(home)]
     if not ours:
         path.mkdir(parents=True, exist_ok=True)
@@ -243,6 +250,7 @@ def _refuse_non_regular(target: Path) -> None:
 
 
 def load_state(name: str) -> DeploymentState | None:
+    refuse_home_file()
     path = deployments_root() / check_deployment_name(name) / STATE_FILE
     if not path.is_file():
         return None
@@ -270,6 +278,7 @@ def _unusable(path: Path, what: str) -> StateError:
 
 
 def list_states() -> list[DeploymentState]:
+    refuse_home_file()
     root = deployments_root()
     if not root.is_dir():
         return []

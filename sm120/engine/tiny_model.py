@@ -11,6 +11,10 @@ from sm120.engine.state import private_dir
 
 # Run by path under the engine's Python: that interpreter has torch, sm120's does not.
 BUILDER_SCRIPT = Path(__file__).with_name("tiny_model_builder.py")
+# The one copy of the model's chat template: the builder writes it, refresh_chat_template
+# keeps a model built by an older sm120 on it (the weights and tokenizer do not change).
+CHAT_TEMPLATE_FILE = Path(__file__).with_name("tiny_chat_template.jinja")
+TEMPLATE_NAME = "chat_template.jinja"
 
 
 class TinyModelError(SM120Error):
@@ -24,6 +28,7 @@ def default_tiny_model_dir() -> Path:
 def ensure_tiny_model(engine_python: Path, dest: Path, progress: Progress) -> Path:
     """Build the tiny model into dest unless it is already there."""
     if (dest / "config.json").is_file():
+        refresh_chat_template(dest, progress)
         return dest
     progress(f"building the tiny test model in {dest}")
     private_dir(dest.parent)  # models/ is 0700, as the rest of the state tree
@@ -42,3 +47,17 @@ def ensure_tiny_model(engine_python: Path, dest: Path, progress: Progress) -> Pa
             hint=f"the engine at {engine_python} needs torch, transformers and tokenizers",
         )
     return dest
+
+
+def refresh_chat_template(dest: Path, progress: Progress) -> None:
+    """Bring an already built tiny model's chat template up to the shipped one.
+
+    A model built before the template rendered tools keeps dropping them otherwise, and the
+    model is built once per machine. Only sm120's own generated model is touched.
+    """
+    current = dest / TEMPLATE_NAME
+    shipped = CHAT_TEMPLATE_FILE.read_text()
+    if current.is_file() and current.read_text() == shipped:
+        return
+    progress(f"updating the tiny model's chat template in {dest}")
+    current.write_text(shipped)

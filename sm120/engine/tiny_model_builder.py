@@ -39,13 +39,9 @@ MODEL_SHAPE = {
     "tie_word_embeddings": False,
 }
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>' }}\n{{ message['content'] }}{{ eos_token }}\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>' }}\n{% endif %}"
-)
+# Read by path (the builder imports nothing from sm120): sm120 rewrites a built model's copy
+# when this file changes (tiny_model.refresh_chat_template), so one file is the truth.
+CHAT_TEMPLATE = Path(__file__).with_name("tiny_chat_template.jinja").read_text()
 
 CORPUS = """\
 The quick brown fox jumps over the lazy dog. A small model can still say hello.

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-file", type=Path, default=GatewayConfig.key_file)
     parser.add_argument("--alias", action="append", default=[])
     parser.add_argument("--normalize-prompts", action="store_true")
+    # benchmarks/proxy_hop.py's "without the log" side; sm120 gateway start always logs.
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false")
     parser.add_argument("--no-usage", action="store_true")
     parser.add_argument("--request-log", action="store_true")
     args = parser.parse_args(argv)
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         config = GatewayConfig(
             args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file,
             tuple(parse_alias(text) for text in args.alias), args.normalize_prompts,
+            args.access_log,
             record_usage=not args.no_usage, request_log=args.request_log,
         )  # fmt: skip
         serve(config, gateway_files())

@@ -11,17 +11,17 @@ same name: an alias can add a name, never hide one.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import yaml
+from typing import Any, TypeVar
 
 from sm120.core.bounded import read_text_capped
 from sm120.core.errors import SM120Error
+from sm120.recipe.loader import parse_yaml
 
 ALIAS_HINT = (
     "write NAME=DEPLOYMENT, e.g. --alias claude-sonnet-4-5=glm52 or --alias 'claude-*=glm52'"
@@ -31,6 +31,9 @@ FILE_HINT = "write a YAML mapping: aliases: {claude-sonnet-4-5: glm52}"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/*?\[\]-]{0,199}")
 _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}")
 MAX_ALIAS_FILE_BYTES = 256 * 1024
+# Far above what clients need (a few names each) and small enough that a 404 or /v1/models
+# stays cheap; the file's own cap would allow about ten thousand.
+MAX_ALIASES = 4096
 
 Routed = TypeVar("Routed")
 
@@ -70,16 +73,91 @@ def checked_alias(name: str, target: str) -> Alias:
 
 
 def load_alias_file(path: Path) -> list[Alias]:
+    """The file's aliases, read with the bounds recipe files have (sm120.recipe.loader:
+    nesting, aliases that expand past a bound, duplicate keys); every name and target must
+    be text, so YAML's typed scalars (true, 1e3, 2026-01-01) are refused, not renamed."""
     text = read_text_capped(path, MAX_ALIAS_FILE_BYTES, "alias file", FILE_HINT)
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = f"alias file {path} is not YAML: {exc}".splitlines()[0]
-        raise AliasError(first, FILE_HINT) from None
+        document = parse_yaml(text, f"alias file {path}")
+    except SM120Error as exc:
+        raise AliasError(exc.message, FILE_HINT) from None
     table = document.get("aliases") if isinstance(document, dict) else None
     if not isinstance(table, dict):
         raise AliasError(f"alias file {path} has no 'aliases:' mapping", FILE_HINT)
-    return [checked_alias(str(name), str(target)) for name, target in table.items()]
+    if len(table) > MAX_ALIASES:
+        raise AliasError(
+            f"alias file {path} has {len(table):,} aliases; at most {MAX_ALIASES:,} are read",
+            "use patterns (claude-*) instead of one alias per name",
+        )
+    return [
+        checked_alias(_text(path, "name", name), _text(path, f"target of {name!r}", target))
+        for name, target in table.items()
+    ]
+
+
+def _text(path: Path, what: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    kind = _YAML_KINDS.get(type(value), type(value).__name__)
+    shown = value.isoformat() if isinstance(value, datetime.date) else str(value)
+    raise AliasError(
+        f"alias file {path}: the {what} {shown} is read by YAML as {kind}, not a name",
+        f"put it in quotes: '{shown}'",
+    )
+
+
+_YAML_KINDS: dict[type, str] = {
+    bool: "a true/false value",
+    int: "a number",
+    float: "a number",
+    datetime.date: "a date",
+    datetime.datetime: "a date and time",
+    type(None): "nothing (null)",
+    list: "a list",
+    dict: "a mapping",
+}
+
+
+class AliasTable:
+    """The aliases as they are tried, prepared once when they are set: a dict for exact
+    names, compiled patterns in the order given. A lookup then costs one dict probe and
+    one regex per pattern, not a sort and a scan of every alias (which, with thousands of
+    aliases and models, made /v1/models take seconds on the event loop)."""
+
+    def __init__(self, aliases: Iterable[Alias] = ()) -> None:
+        self.aliases = tuple(aliases)
+        if len(self.aliases) > MAX_ALIASES:
+            raise AliasError(
+                f"{len(self.aliases):,} aliases given; at most {MAX_ALIASES:,} are kept",
+                "use patterns (claude-*) instead of one alias per name",
+            )
+        self._exact: dict[str, Alias] = {}
+        patterns: list[tuple[Callable[[str], object], Alias]] = []
+        for alias in self.aliases:
+            if alias.is_pattern:
+                patterns.append((re.compile(fnmatch.translate(alias.name)).match, alias))
+            else:
+                self._exact.setdefault(alias.name, alias)
+        self._patterns = tuple(patterns)
+
+    def __iter__(self) -> Iterator[Alias]:
+        return iter(self.aliases)
+
+    def __len__(self) -> int:
+        return len(self.aliases)
+
+    def first_match(self, model: str) -> Alias | None:
+        exact = self._exact.get(model)
+        if exact is not None:
+            return exact
+        for matches, alias in self._patterns:
+            if matches(model):
+                return alias
+        return None
+
+
+def alias_table(aliases: Iterable[Alias]) -> AliasTable:
+    return aliases if isinstance(aliases, AliasTable) else AliasTable(aliases)
 
 
 def merged(*groups: Iterable[Alias]) -> tuple[Alias, ...]:
@@ -101,21 +179,30 @@ def resolve(
     """The served model an alias sends `model` to, and what serves it; None when no alias
     names it or its target serves nothing now. `deployment_of` maps served model -> its
     deployment."""
-    ordered = sorted(aliases, key=lambda alias: alias.is_pattern)
-    for alias in ordered:
-        if not alias.matches(model):
-            continue
-        target = _served_model(alias.target, served, deployment_of)
-        return (target, served[target]) if target is not None else None
-    return None
+    alias = alias_table(aliases).first_match(model)
+    if alias is None:
+        return None
+    target = served_model(alias.target, served, model_by_deployment(served, deployment_of))
+    return (target, served[target]) if target is not None else None
 
 
-def _served_model(
-    target: str, served: Mapping[str, Routed], deployment_of: Mapping[str, str]
-) -> str | None:
+def model_by_deployment(
+    served: Mapping[str, Routed], deployment_of: Mapping[str, str]
+) -> dict[str, str]:
+    """Each deployment's first served model, for targets that name a deployment."""
+    found: dict[str, str] = {}
     for model, deployment in deployment_of.items():
-        if deployment == target and model in served:
-            return model
+        if model in served:
+            found.setdefault(deployment, model)
+    return found
+
+
+def served_model(
+    target: str, served: Mapping[str, Routed], by_deployment: Mapping[str, str]
+) -> str | None:
+    found = by_deployment.get(target)
+    if found is not None:
+        return found
     return target if target in served else None
 
 

@@ -35,6 +35,8 @@ class GatewayConfig:
     aliases: tuple[Alias, ...] = ()
     # Opt-in: make prompts cache-friendly before they reach the engine (docs/gateway.md).
     normalize_prompts: bool = False
+    # The access log (access.log in the gateway's folder); off only to measure what it costs.
+    access_log: bool = True
     # Each request's key, model, tokens and timings in usage.db (sm120.gateway.usage).
     record_usage: bool = True
     # Opt-in: each request's prompt structure (lengths and hashes) for `gateway analyze`.

@@ -10,6 +10,8 @@ from typing import Protocol
 
 from sm120.gateway.backends import Backend
 from sm120.gateway.relay import (
+    NO_RETRY,
+    NO_RETRY_STATUSES,
     READ_TIMEOUT_S,
     ROUTE_MISS_BYTES,
     engine_headers,
@@ -38,16 +40,22 @@ class Exchange:
         upstream: UpstreamConnection,
         request: bytes,
         deployment: str,
-        route_miss: Callable[[], bytes],
+        route_miss: Callable[[], bytes] | None,
         finished: Callable[[Exchange, str], None],
         tap: Tap | None = None,
+        *,
+        bounded: bool = True,
+        head_request: bool = False,
     ) -> None:
+        """`route_miss`: the answer that replaces an engine's web-framework 404 (None: every
+        404 passes, as the application's own do); `bounded`: the other side may be silent
+        READ_TIMEOUT_S at most (not for the application, which keeps its own bounds)."""
         self.client = client
         self._tap = tap  # sees the answer go by, for the usage record
         self.upstream = upstream
         self.deployment = deployment
         self._route_miss = route_miss
-        self.framing = ResponseFraming()
+        self.framing = ResponseFraming(no_body=head_request)
         self.outcome: str | None = None
         self._finished = finished
         self._held = bytearray()  # the answer's head, until its status is known
@@ -56,7 +64,8 @@ class Exchange:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._last_read = loop.time()
-        self._watchdog = loop.call_later(READ_TIMEOUT_S, self._watch)
+        self._read_timeout_s = READ_TIMEOUT_S
+        self._watchdog = loop.call_later(READ_TIMEOUT_S, self._watch) if bounded else None
         upstream.on_data, upstream.on_lost = self._on_data, self._on_lost
         if upstream.lost:
             self._on_lost()
@@ -74,6 +83,11 @@ class Exchange:
             and not self.upstream.lost
         )
 
+    @property
+    def forwarded(self) -> bool:
+        """Part of the answer has reached the client."""
+        return self._forwarded
+
     def cut(self) -> None:
         """The client went away: the engine's socket is closed, so it stops generating."""
         self._finish(CUT)
@@ -82,7 +96,8 @@ class Exchange:
         if self.outcome is not None:
             return
         self.outcome = outcome
-        self._watchdog.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self.upstream.on_data = self.upstream.on_lost = None
         self._finished(self, outcome)
 
@@ -103,6 +118,8 @@ class Exchange:
             self._forwarded = True
             part = bytes(self._held)
             self._held.clear()
+            if status in NO_RETRY_STATUSES:
+                part = with_no_retry(part)
         self.client.send(part)
         if self._tap is not None:
             self._tap.seen(part)
@@ -114,6 +131,8 @@ class Exchange:
         (answered as a 501 that names the engine) from the engine's own 404 (passed on). True
         while it is held, and once it is answered."""
         framing = self.framing
+        if self._route_miss is None:
+            return False
         if framing.chunked or len(self._held) > framing.head_bytes + ROUTE_MISS_BYTES:
             return False
         if not framing.done:
@@ -136,15 +155,26 @@ class Exchange:
 
     def _watch(self) -> None:
         # One timer per request, not one per chunk: it re-arms for what is left of the bound.
+        bound = self._read_timeout_s
         quiet = self._loop.time() - self._last_read
-        if quiet < READ_TIMEOUT_S:
-            self._watchdog = self._loop.call_later(READ_TIMEOUT_S - quiet, self._watch)
+        if quiet < bound:
+            self._watchdog = self._loop.call_later(bound - quiet, self._watch)
             return
         if not self._forwarded:
-            message = f"deployment {self.deployment} did not answer within {READ_TIMEOUT_S:.0f} s"
+            message = f"deployment {self.deployment} did not answer within {bound:.0f} s"
             self.client.send(error_bytes(502, message, "bad_gateway", deployment=self.deployment))
         self._extra = True  # the engine may still answer: never reuse the socket
         self._finish(ANSWERED if not self._forwarded else CUT)
+
+
+_NO_RETRY_LINE = f"{NO_RETRY}: false\r\n".encode()
+
+
+def with_no_retry(answer: bytes) -> bytes:
+    """The engine's answer (its whole head in hand) with `x-should-retry: false` after the
+    status line, as the application's relay adds it (relay.no_retry_headers)."""
+    line_end = answer.find(b"\r\n") + 2
+    return answer[:line_end] + _NO_RETRY_LINE + answer[line_end:]
 
 
 def upstream_request(

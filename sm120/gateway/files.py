@@ -36,6 +36,11 @@ class GatewayFiles:
         return self.root / "gateway.log"
 
     @property
+    def access_log(self) -> Path:
+        """One line per request and per start, stop, swap or refusal (access_log.py)."""
+        return self.root / "access.log"
+
+    @property
     def usage_db(self) -> Path:
         """Who used what (sm120.gateway.usage); its -wal and -shm files sit beside it."""
         return self.root / "usage.db"
@@ -86,7 +91,7 @@ def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | 
     try:
         data = json.loads(files.address.read_text(encoding="utf-8"))
         address = GatewayAddress(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return pid, None
     return pid, address if address.pid == pid else None
 

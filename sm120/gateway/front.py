@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -28,18 +30,38 @@ from typing import Any, cast
 from aiohttp import web
 
 from sm120.gateway import proxy
+from sm120.gateway.access_log import HandedOver, RequestRecord, address_text
 from sm120.gateway.admission import Ticket, refusal_bytes
 from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
 from sm120.gateway.keys import KeyEntry
-from sm120.gateway.limits import Refusal
+from sm120.gateway.limits import Refusal as LimitRefusal
+from sm120.gateway.reader import Refusal, Request, RequestReader
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, error_bytes, route_miss_message
 from sm120.gateway.upstream import UpstreamConnection, UpstreamPool, engine_address
-from sm120.gateway.wire import HEAD_END, MAX_HEAD_BYTES, RequestHead, parse_request_head
+from sm120.gateway.wire import RequestHead
 from sm120.recipe.endpoints import protocol_paths
 
 # Where the full application listens: an abstract unix socket name, or (host, port).
 Internal = str | tuple[str, int]
+# The internal pool's one key: every application socket goes to the same place.
+INTERNAL_ADDRESS = ("application", 0)
+# Open client connections at once. Each holds a parser and up to a request head (64 KiB)
+# before it is whole: 12,000 idle connections holding unterminated heads once took the
+# gateway from 61 to 552 MB. Agents keep a few connections each.
+MAX_CONNECTIONS = 1024
+# Whole requests a client may have sent ahead of their answers before its socket is no
+# longer read (pipelining).
+MAX_PIPELINED = 16
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# After this many connections at once, their closing hands freed memory back to the system.
+TRIM_AFTER_CONNECTIONS = 256
+# Headers about one hop's connection or framing: the application gets the request framed
+# anew (a Content-Length for the body as read).
+_HOP_REQUEST_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "expect", "upgrade",
+     "te", "trailer", "proxy-connection"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,10 +90,14 @@ class Front:
         self.aliases = app[proxy.ALIASES]
         self.rewrite = app[proxy.REWRITE]
         self.pool = UpstreamPool()
+        self.internal_pool = UpstreamPool()
         self.hot_paths = {path: name for name, path in protocol_paths().items()}
         self.connections: set[FrontConnection] = set()
+        self._peak = 0  # the most connections open at once since memory was last released
         self.tasks: set[asyncio.Task[None]] = set()
         self.counts = app[proxy.FAST_PATH]
+        self.access = app[proxy.ACCESS_LOG]  # None: no access log
+        self.handed = app[proxy.HANDED_OVER]
         self.port = 0  # where it listens, once it does
         self.team = app[proxy.TEAM]
 
@@ -116,6 +142,17 @@ class Front:
         request = upstream_request(head, body, backend, host_header, prefix)
         return Route(backend, request, address, head.path, protocol, served, parsed)
 
+    def connection_closed(self, connection: FrontConnection) -> None:
+        connections = self.connections
+        connections.discard(connection)
+        self._peak = max(self._peak, len(connections) + 1)
+        if self._peak >= TRIM_AFTER_CONNECTIONS and len(connections) <= self._peak // 8:
+            # A flood of connections is over: their heads were large allocations glibc keeps
+            # in the heap after they are freed; hand them back so the gateway does not stay
+            # at the flood's size.
+            self._peak = len(connections)
+            release_freed_memory()
+
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         # Held until done: the loop keeps only a weak reference to a task.
         task = asyncio.ensure_future(work)
@@ -125,24 +162,35 @@ class Front:
     def connection(self) -> FrontConnection:
         return FrontConnection(self)
 
-    async def open_internal(self, client: FrontConnection) -> asyncio.Transport:
+    async def open_internal(self) -> InternalConnection:
+        """A new socket to the application."""
         loop = asyncio.get_running_loop()
+        handed = self.handed
         if isinstance(self.internal, str):
             # Connected by hand: uvloop's create_unix_connection refuses abstract names.
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setblocking(False)
+            # Autobound to an abstract name of its own (Linux): the application's access log
+            # finds each request's client by it (access_log.HandedOver); elsewhere it says '-'.
+            name: object = None
+            with contextlib.suppress(OSError):
+                sock.bind("")
+                name = sock.getsockname()
             try:
                 await loop.sock_connect(sock, self.internal)
+                _, connection = await loop.create_unix_connection(
+                    lambda: InternalConnection(handed, name), sock=sock
+                )
             except OSError:
                 sock.close()
                 raise
-            transport, _ = await loop.create_unix_connection(
-                lambda: InternalSide(client), sock=sock
-            )
-        else:
-            host, port = self.internal
-            transport, _ = await loop.create_connection(lambda: InternalSide(client), host, port)
-        return transport
+            return connection
+        host, port = self.internal
+        transport, connection = await loop.create_connection(
+            lambda: InternalConnection(handed, None), host, port
+        )
+        connection.name = transport.get_extra_info("sockname")
+        return connection
 
     def close(self) -> None:
         for connection in list(self.connections):
@@ -150,6 +198,7 @@ class Front:
         for task in list(self.tasks):
             task.cancel()
         self.pool.close()
+        self.internal_pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -168,47 +217,47 @@ async def serving_front(
         await server.wait_closed()
 
 
-class InternalSide(asyncio.Protocol):
-    """The application's end of a connection handed over: its bytes go to the client."""
+class InternalConnection(UpstreamConnection):
+    """A socket to the application. It carries one client's request at a time: while it
+    does, the application's access log reads that client's address by this socket's name."""
 
-    def __init__(self, client: FrontConnection) -> None:
-        self.client = client
+    def __init__(self, handed: HandedOver, name: object) -> None:
+        super().__init__(INTERNAL_ADDRESS)
+        self.handed = handed
+        self.name = name
 
-    def data_received(self, data: bytes) -> None:
-        self.client.send(data)
-
-    def eof_received(self) -> bool:
-        return False
+    def serving(self, client: str) -> None:
+        if self.name is not None:
+            self.handed.add(self.name, client)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.close_after_writes()
-
-    def pause_writing(self) -> None:
-        self.client.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.client.resume_reading()
+        if self.name is not None:
+            self.handed.discard(self.name)
+        super().connection_lost(exc)
 
 
 class FrontConnection(asyncio.Protocol):
-    """One client connection: its requests one at a time (pipelined ones wait in the buffer),
-    each on the fast path until the first one it hands over; from then on the connection is
-    piped whole to the application."""
+    """One client connection. Every byte the client sends goes through one strict parser
+    (sm120.gateway.reader); its requests are served one at a time in the order sent, each on
+    the fast path where it can be, else by the application over an internal socket, the
+    application's answer followed to its end as an engine's is. A request that does not parse
+    is answered here and ends the connection."""
 
     def __init__(self, front: Front) -> None:
         self.front = front
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.state = "head"  # "head", "body", "busy", "handed over", "closed"
+        self.reader = RequestReader(proxy.MAX_BODY_BYTES)
+        self.state = "idle"  # "idle", "busy" (a request is being answered), "closed"
         self._timer: asyncio.TimerHandle | None = None
-        self._head: RequestHead | None = None
-        self._body_at = 0
-        self._request = b""  # the request as the client sent it, while it is served
+        self._request: Request | None = None  # the request being answered
         self._counted: Backend | None = None  # in the swapper's in-flight count
         self._exchange: Exchange | None = None
-        self._internal: asyncio.Transport | None = None
+        self._client_done = False  # the client closed its sending side
+        self._continued = False  # 100 Continue sent for the request being read
         self._engine_closes = False
-        self._entry: KeyEntry | None = None  # whose request is being served
+        self._refused = False
+        self.peer = "-"
+        self._record: RequestRecord | None = None  # the access log's line for this request
         self._ticket: Ticket | None = None  # its admission, until it is recorded
         self._waiting: asyncio.Future[None] | None = None  # a wait for its turn
 
@@ -216,63 +265,84 @@ class FrontConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio's: the protocol is what they share.
         self.transport = cast(asyncio.Transport, transport)
+        self.peer = address_text(transport.get_extra_info("peername"))
+        if len(self.front.connections) >= MAX_CONNECTIONS:
+            # Each open connection holds a parser and up to a head's bytes: past the bound a
+            # flood of idle connections is refused rather than held.
+            self._own_answer(error_bytes(503, "the gateway has too many open connections",
+                                         "overloaded", close=True))  # fmt: skip
+            self.close_after_writes()
+            self.state = "closed"
+            return
         self.front.connections.add(self)
-        self._wait_for_head()
+        self._idle()
 
     def data_received(self, data: bytes) -> None:
-        if self.state == "handed over":
-            if self._internal is not None:
-                self._internal.write(data)
-            else:
-                self.buffer += data
+        if self.state == "closed":
             return
-        self.buffer += data
-        if self.state == "head":
-            self._next_request()
-        elif self.state == "body":
-            self._body_arrived()
-        elif len(self.buffer) > proxy.MAX_BODY_BYTES + MAX_HEAD_BYTES:
+        reader = self.reader
+        reader.feed(data)
+        if reader.continue_wanted and not self._continued:
+            self._continued = True
+            self.send(CONTINUE)
+        if reader.in_body and not self._continued and self.state == "idle":
+            self._set_timer(BODY_READ_TIMEOUT_S, self._body_expired)
+        if len(reader.out) >= MAX_PIPELINED or reader.body_bytes > proxy.MAX_BODY_BYTES:
             self.pause_reading()  # pipelined requests wait; memory stays bounded
+        if self.state == "idle":
+            self._serve_next()
 
     def eof_received(self) -> bool:
-        if self.state == "handed over" and self._internal is not None:
-            # The client is done sending; the application may still be answering.
-            if self._internal.can_write_eof():
-                self._internal.write_eof()
-            return True
-        return False
+        exchange = self._exchange
+        if exchange is not None and exchange.forwarded:
+            # The end of the client's side while an answer streams to it: a client that went
+            # away (one that only half-closed sent its request and shut its side then, not
+            # midway through an answer). Closing the engine's socket stops its generation.
+            exchange.cut()
+            return False
+        # A half-close: the client sent all it will send, and still reads the answers.
+        self._client_done = True
+        self.reader.eof()
+        if self.state == "idle":
+            self._serve_next()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = "closed"
-        self.front.connections.discard(self)
-        self._cancel_timer()
         if self._waiting is not None and not self._waiting.done():
             self._waiting.cancel()  # out of its key's queue; its counts are taken back
             self._ticket = None
+        self.reader.close()
+        self.front.connection_closed(self)
+        self._cancel_timer()
         if self._exchange is not None:
             self._exchange.cut()
-        if self._internal is not None:
-            self._internal.close()
+        self._uncount()
 
     def pause_writing(self) -> None:
-        reader = self._reading_from()
-        if reader is not None:
-            reader.pause_reading()
+        if self._exchange is not None and self._exchange.upstream.transport is not None:
+            self._exchange.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        reader = self._reading_from()
-        if reader is not None:
-            reader.resume_reading()
-
-    def _reading_from(self) -> asyncio.Transport | None:
-        if self._exchange is not None:
-            return self._exchange.upstream.transport
-        return self._internal
+        if self._exchange is not None and self._exchange.upstream.transport is not None:
+            self._exchange.upstream.transport.resume_reading()
 
     # --- what the other ends call -----------------------------------------------------------
     def send(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            record = self._record
+            if record is not None:  # inline: this runs once per chunk of every answer
+                if record.first_byte is None:
+                    record.first_bytes(data)
+                record.sent += len(data)
+
+    def _own_answer(self, answer: bytes, method: str = "-", path: str = "-") -> None:
+        """An answer of the front's own (a refusal, a bound): sent, and logged as such."""
+        if self.front.access is not None:
+            self._record = RequestRecord(self.peer, method, path, "front")
+        self.send(answer)
+        self._log(ANSWERED)
 
     def close_after_writes(self) -> None:
         if self.transport is not None:
@@ -290,55 +360,53 @@ class FrontConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_reading():
             self.transport.resume_reading()
 
-    # --- reading a request ------------------------------------------------------------------
-    def _wait_for_head(self) -> None:
-        self.state = "head"
-        # A connection that sends no whole head this long after it opened or after its last
-        # answer is closed: idle and slow-header connections cannot pile up.
-        self._set_timer(proxy.IDLE_CONNECTION_S, self._idle_expired)
+    # --- between requests -------------------------------------------------------------------
+    def _idle(self) -> None:
+        self.state = "idle"
+        self._request = None
+        self._continued = False
+        # A connection that sends no whole request this long after it opened or after its
+        # last answer is closed: idle and slow-header connections cannot pile up.
+        if self.reader.in_body:
+            self._set_timer(BODY_READ_TIMEOUT_S, self._body_expired)
+        else:
+            self._set_timer(proxy.IDLE_CONNECTION_S, self._idle_expired)
         self.resume_reading()
-        if self.buffer:
-            self._next_request()
+        self._serve_next()
 
-    def _next_request(self) -> None:
-        found = self.buffer.find(HEAD_END)
-        if found < 0:
-            if len(self.buffer) > MAX_HEAD_BYTES:
-                self._hand_over()
-            return
-        head = parse_request_head(bytes(self.buffer[:found]))
-        entry = None if head is None else self.front.takes(head)
-        if head is None or entry is None:
-            self._hand_over()
-            return
-        self._entry = entry
-        self._head, self._body_at = head, found + len(HEAD_END)
-        self.state = "body"
-        self._set_timer(BODY_READ_TIMEOUT_S, self._body_expired)
-        self._body_arrived()
-
-    def _body_arrived(self) -> None:
-        head = self._head
-        assert head is not None and head.content_length is not None
-        end = self._body_at + head.content_length
-        if len(self.buffer) < end:
+    def _serve_next(self) -> None:
+        item = self.reader.take()
+        if item is None:
+            if self._client_done and not self.reader.out:
+                self.close_after_writes()  # nothing more will come: done once all is written
             return
         self._cancel_timer()
-        self._request = bytes(self.buffer[:end])
-        del self.buffer[:end]
         self.state = "busy"
-        assert self._entry is not None
-        self._route(head, self._request[self._body_at :], self._entry)
+        if isinstance(item, Refusal):
+            self._refused = True
+            answer = error_bytes(item.status, item.message, "invalid_request_error", close=True)
+            self._own_answer(answer)
+            self.close_after_writes()
+            return
+        self._request = item
+        entry = self.front.takes(item.head) if item.version == "1.1" else None
+        if entry is not None:
+            if self.front.access is not None:
+                self._record = RequestRecord(self.peer, item.head.method, item.head.path, "fast")
+            self._route(item.head, item.body, entry)
+        else:
+            self._to_application(item)
 
     def _idle_expired(self) -> None:
-        if self.state == "head":
+        if self.state == "idle":
             self.close_after_writes()
 
     def _body_expired(self) -> None:
-        if self.state == "body":
+        if self.state == "idle" and self.reader.in_body:
             message = f"request body not received within {BODY_READ_TIMEOUT_S:.0f} s"
-            self.send(error_bytes(408, message, "timeout"))
+            self._own_answer(error_bytes(408, message, "timeout", close=True))
             self.close_after_writes()
+            self.state = "closed"
 
     def _set_timer(self, seconds: float, then: Callable[[], None]) -> None:
         self._cancel_timer()
@@ -361,6 +429,8 @@ class FrontConnection(asyncio.Protocol):
         if not isinstance(model, str) or not model or not isinstance(parsed, dict):
             self._finish(HAND_OVER)
             return
+        if self._record is not None:
+            self._record.model = model
         front = self.front
         cached = front.routes.cached(model, front.aliases)
         if cached is None or cached[1].sleep_mode:
@@ -397,7 +467,7 @@ class FrontConnection(asyncio.Protocol):
         backend = route.backend
         ticket = team.admit(entry, backend.deployment, backend.max_num_seqs, route.served,
                             route.protocol, route.parsed)  # fmt: skip
-        if isinstance(ticket, Refusal):
+        if isinstance(ticket, LimitRefusal):
             self._refuse(route, ticket, entry)
             return
         self._ticket = ticket
@@ -421,9 +491,9 @@ class FrontConnection(asyncio.Protocol):
         else:
             self._go(route)
 
-    def _refuse(self, route: Route, refusal: Refusal, entry: KeyEntry) -> None:
+    def _refuse(self, route: Route, refusal: LimitRefusal, entry: KeyEntry) -> None:
         self.front.team.refusal_recorded(entry, route.served, route.protocol, 429)
-        self.send(refusal_bytes(route.protocol, refusal, entry.name))
+        self.send(refusal_bytes(route.protocol, refusal, entry.name))  # logged as the request's
         self._finish(ANSWERED)
 
     def _go(self, route: Route) -> None:
@@ -431,6 +501,8 @@ class FrontConnection(asyncio.Protocol):
         swapper.used(route.backend)
         swapper.in_flight[route.backend.deployment] += 1
         self._counted = route.backend
+        if self._record is not None:
+            self._record.deployment = route.backend.deployment
         upstream = self.front.pool.take_idle(route.address)
         if upstream is None:
             self.front.spawn(self._connect(route))
@@ -473,11 +545,15 @@ class FrontConnection(asyncio.Protocol):
             tap,
         )  # fmt: skip
 
-    def _finish(self, outcome: str) -> None:
+    def _uncount(self) -> None:
         if self._counted is not None:
             self.front.swapper.in_flight[self._counted.deployment] -= 1
             self._counted = None
             self.front.routes.renew_if_stale()
+
+    def _finish(self, outcome: str) -> None:
+        self._uncount()
+        self._log(outcome)
         if self._ticket is not None:
             ticket, self._ticket = self._ticket, None
             if outcome in (HAND_OVER, RETRY):
@@ -487,45 +563,108 @@ class FrontConnection(asyncio.Protocol):
                 self.front.team.finish(ticket, ticket.tap.status or 499)
         if self.state == "closed":
             return
-        head = self._head
+        request = self._request
         if outcome == ANSWERED:
             self.front.counts.answered += 1
-        if outcome == HAND_OVER:
-            self._hand_over(self._request)
-        elif outcome == CUT or self._engine_closes or (head and head_says_close(head)):
+        if outcome == HAND_OVER and request is not None:
+            self._to_application(request)
+            return
+        self._answered(outcome)
+
+    def _answered(self, outcome: str) -> None:
+        request = self._request
+        closes = request is None or not request.keep_alive or request.version != "1.1"
+        if outcome == CUT or self._engine_closes or closes:
             self.close_after_writes()
+            self.state = "closed"
         else:
-            self._request = b""
-            # Called from the engine socket's callback: the next pipelined request starts
-            # on the next turn of the loop, not inside it.
-            asyncio.get_running_loop().call_soon(self._wait_for_head)
+            # Called from the other socket's callback: the next pipelined request starts on
+            # the next turn of the loop, not inside it.
+            asyncio.get_running_loop().call_soon(self._idle)
 
-    # --- handing over -----------------------------------------------------------------------
-    def _hand_over(self, request: bytes = b"") -> None:
-        """From now on this connection is piped to the application, starting with `request`
-        (a request the fast path read but did not send on) and whatever the client sent."""
-        self.state = "handed over"
+    def _log(self, outcome: str) -> None:
+        """The request's access-log line, unless the application answers (and logs) it."""
+        record, self._record = self._record, None
+        access = self.front.access
+        if record is None or access is None or outcome == HAND_OVER:
+            return
+        if outcome == CUT:
+            record.via += ",cut"
+        access.finish(record)
+
+    # --- the application --------------------------------------------------------------------
+    def _to_application(self, request: Request) -> None:
+        """`request`, parsed whole, to the application on an internal socket; its answer is
+        copied back as it arrives and followed to its end, so the connection goes on."""
         self.front.counts.handed_over += 1
-        self._cancel_timer()
-        self.buffer[:0] = request
-        self._request = b""
-        self.front.spawn(self._pipe_to_application())
+        upstream = self.front.internal_pool.take_idle(INTERNAL_ADDRESS)
+        sent = application_request(request)
+        assert upstream is None or isinstance(upstream, InternalConnection)
+        if upstream is None:
+            self.front.spawn(self._to_application_connected(request, sent))
+        else:
+            self._application_exchange(upstream, request, sent)
 
-    async def _pipe_to_application(self) -> None:
+    async def _to_application_connected(self, request: Request, sent: bytes) -> None:
         try:
-            internal = await self.front.open_internal(self)
+            upstream = await self.front.open_internal()
         except OSError:
-            self.send(error_bytes(503, "the gateway is shutting down", "service_unavailable"))
+            answer = error_bytes(503, "the gateway is shutting down", "service_unavailable",
+                                 close=True)  # fmt: skip
+            self._own_answer(answer, request.head.method, request.head.path)
             self.close_after_writes()
             return
         if self.state == "closed":
-            internal.close()
+            upstream.close()
             return
-        self._internal = internal
-        internal.write(bytes(self.buffer))
-        self.buffer.clear()
-        self.resume_reading()
+        self._application_exchange(upstream, request, sent)
+
+    def _application_exchange(
+        self, upstream: InternalConnection, request: Request, sent: bytes
+    ) -> None:
+        upstream.serving(self.peer)
+
+        def finished(exchange: Exchange, outcome: str) -> None:
+            self._exchange = None
+            if exchange.reusable:
+                self.front.internal_pool.give_back(upstream)
+            else:
+                upstream.close()
+            if outcome == RETRY and upstream.used:
+                self.front.spawn(self._to_application_connected(request, sent))
+                return
+            if outcome in (HAND_OVER, RETRY):  # the application's answer could not be read
+                answer = error_bytes(502, "the gateway failed to answer", "bad_gateway",
+                                     close=True)  # fmt: skip
+                self._own_answer(answer, request.head.method, request.head.path)
+                outcome = CUT
+            self._engine_closes = not exchange.framing.keep_alive
+            self._answered(outcome)
+
+        self._exchange = Exchange(
+            self, upstream, sent, "", None, finished,
+            bounded=False, head_request=request.head.method == "HEAD",
+        )  # fmt: skip
 
 
-def head_says_close(head: RequestHead) -> bool:
-    return "close" in (head.header("connection") or "").lower()
+def release_freed_memory() -> None:
+    """glibc's malloc_trim where there is one (Linux); nothing elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def application_request(request: Request) -> bytes:
+    """`request` as the application gets it: as parsed, framed anew with a Content-Length.
+    An HTTP/1.0 request stays HTTP/1.0 (so the answer is framed for a 1.0 client) and closes."""
+    head = request.head
+    lines = [f"{head.method} {head.target} HTTP/{request.version}"]
+    lines += [f"{name}: {value}" for name, value in head.headers
+              if name not in _HOP_REQUEST_HEADERS]  # fmt: skip
+    if request.body or head.method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(request.body)}")
+    if request.version != "1.1":
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + request.body

@@ -30,6 +30,10 @@ class UnknownDeployment(SM120Error):
     """The page named a deployment the gateway cannot find."""
 
 
+class NoLaunchRecord(SM120Error):
+    """Relaunch asked of a deployment whose launch spec is missing or damaged."""
+
+
 class SwapperControls:
     """sm120.dashboard.controls.Controls for the gateway, or for `sm120 dashboard` alone."""
 
@@ -49,6 +53,13 @@ class SwapperControls:
             await actions.stop(backend)
             asleep.discard(deployment)
         else:
+            if not backend.startable:
+                # Stopping first would leave it down: refuse before touching it.
+                raise NoLaunchRecord(
+                    f"'{deployment}' kept no usable launch record, so it cannot be started "
+                    "again from here; nothing was stopped",
+                    f"relaunch it with 'sm120 launch <recipe> --name {deployment}'",
+                )
             if backend.running:
                 await actions.stop(backend)
             asleep.discard(deployment)

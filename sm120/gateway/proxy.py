@@ -4,8 +4,7 @@ embeddings; tokenize), forwarding each request to the deployment serving its `mo
 one an alias names) and copying the answer back byte for byte, Server-Sent Events included.
 
 Clients authenticate with `Authorization: Bearer KEY` (OpenAI SDKs, Codex, Claude Code's
-ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY` (the Anthropic SDK, ANTHROPIC_API_KEY): one
-credential, the gateway's own (admin) key or a person's (sm120.gateway.admission).
+ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY` (the Anthropic SDK, ANTHROPIC_API_KEY): one key.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,15 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sm120.gateway.access_log import LOGGED, AccessLog, HandedOver, RequestRecord
 from sm120.gateway.admission import Team, Unauthorized, refusal_body, refusal_headers
-from sm120.gateway.aliases import Alias, as_table, resolve
+from sm120.gateway.aliases import (
+    Alias,
+    AliasTable,
+    alias_table,
+    model_by_deployment,
+    served_model,
+)
 from sm120.gateway.backends import Backend
 from sm120.gateway.keys import KeyEntry, KeyRing
 from sm120.gateway.limits import Refusal
@@ -30,6 +36,7 @@ from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
     BODY_READ_TIMEOUT_S,
     RESPONSE_ID_PATHS,
+    no_retry_headers,
     openai_error,
     relay,
     relay_by_id,
@@ -52,11 +59,8 @@ IDLE_CONNECTION_S = 30.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SWAPPER: web.AppKey[Swapper] = web.AppKey("swapper", Swapper)
 SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
-ALIASES: web.AppKey[tuple[Alias, ...]] = web.AppKey("aliases")
+ALIASES: web.AppKey[AliasTable] = web.AppKey("aliases", AliasTable)
 REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = web.AppKey("rewrite")
-TEAM: web.AppKey[Team] = web.AppKey("team", Team)
-# Who sent a request, once the guard has let it in.
-KEY_ENTRY: web.RequestKey[KeyEntry] = web.RequestKey("sm120.key", KeyEntry)
 
 
 class RouteCache:
@@ -110,7 +114,7 @@ class RouteCache:
         self._read_after_swaps = swaps
         return backends
 
-    def cached(self, model: str, aliases: tuple[Alias, ...]) -> tuple[str, Backend] | None:
+    def cached(self, model: str, aliases: AliasTable) -> tuple[str, Backend] | None:
         """The route the table in hand gives when `route` would not read the state files for
         it (the front's fast path takes it without a task switch); None when it would."""
         if self._read_at == float("-inf") or self._swapper.swap_events != self._read_after_swaps:
@@ -121,11 +125,11 @@ class RouteCache:
         return found
 
     async def lookup(self, model: str) -> tuple[Backend | None, dict[str, Backend]]:
-        _, backend, backends = await self.route(model, ())
+        _, backend, backends = await self.route(model, NO_ALIASES)
         return backend, backends
 
     async def route(
-        self, model: str, aliases: tuple[Alias, ...]
+        self, model: str, aliases: AliasTable
     ) -> tuple[str, Backend | None, dict[str, Backend]]:
         """The served model `model` reaches (itself, or an alias's target) and its backend.
         Only the fast path is cached: a model unknown or down is looked up afresh."""
@@ -139,13 +143,34 @@ class RouteCache:
         return found[0], found[1], backends
 
 
+NO_ALIASES = AliasTable()
+
+
 def _routed(
-    model: str, aliases: tuple[Alias, ...], backends: dict[str, Backend]
+    model: str, aliases: AliasTable, backends: dict[str, Backend]
 ) -> tuple[str, Backend] | None:
     if model in backends:
         return model, backends[model]
+    alias = aliases.first_match(model)
+    if alias is None:
+        return None
+    target = served_model(alias.target, backends, _by_deployment(backends))
+    return (target, backends[target]) if target is not None else None
+
+
+# The route table changes when the state files are read again, not per request: each
+# deployment's first model is worked out once per table (one entry: the table in use).
+_BY_DEPLOYMENT: list[tuple[dict[str, Backend], dict[str, str]]] = []
+
+
+def _by_deployment(backends: dict[str, Backend]) -> dict[str, str]:
+    if _BY_DEPLOYMENT and _BY_DEPLOYMENT[0][0] is backends:
+        return _BY_DEPLOYMENT[0][1]
     deployments = {name: backend.deployment for name, backend in backends.items()}
-    return resolve(model, aliases, backends, deployments)
+    found = model_by_deployment(backends, deployments)
+    # Holding the table keeps its id from being reused by another while it is cached.
+    _BY_DEPLOYMENT[:] = [(backends, found)]
+    return found
 
 
 ROUTES: web.AppKey[RouteCache] = web.AppKey("routes", RouteCache)
@@ -161,28 +186,39 @@ class FastPathCounts:
 
 
 FAST_PATH: web.AppKey[FastPathCounts] = web.AppKey("fast_path", FastPathCounts)
+ACCESS_LOG: web.AppKey[AccessLog | None] = web.AppKey("access_log")
+HANDED_OVER: web.AppKey[HandedOver] = web.AppKey("handed_over", HandedOver)
 
 
 def build_app(
     api_key: str,
     swapper: Swapper,
     session: aiohttp.ClientSession,
-    aliases: tuple[Alias, ...] = (),
+    aliases: Iterable[Alias] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    access: AccessLog | None = None,
     team: Team | None = None,
 ) -> web.Application:
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
-    prompt normaliser); None sends bodies as they came. `team`: the keys per person, their
-    limits and usage (sm120.gateway.admission); None: the admin key alone."""
+    prompt normaliser); None sends bodies as they came. `access`: the access log, if any.
+    `team`: the keys per person, their limits and usage (sm120.gateway.admission); None: the
+    admin key alone."""
     team = team or Team(KeyRing(api_key, None))
-    app = web.Application(middlewares=[_key_guard(team)], client_max_size=MAX_BODY_BYTES)
+    middlewares = [_no_retry_marker, _key_guard(team)]
+    if access is not None:
+        middlewares.insert(0, _access_logged)
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app[ACCESS_LOG] = access
     app[TEAM] = team
+    app[HANDED_OVER] = HandedOver()
     app[SWAPPER] = swapper
     app[SESSION] = session
     app[ROUTES] = RouteCache(swapper)
-    app[ALIASES] = aliases
+    app[ALIASES] = alias_table(aliases)
     app[REWRITE] = rewrite
     app[FAST_PATH] = FastPathCounts()
+    app[MODELS_LISTING] = ModelsListing()
+    app.router.add_get("/", _index)
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/metrics", _metrics)
@@ -203,6 +239,48 @@ def guarded(path: str) -> bool:
         or path == "/metrics"
         or protocol_for_path(path) is not None
     )
+
+
+@web.middleware
+async def _access_logged(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The access-log line of a request the application answers (the front logs its own)."""
+    access = request.app[ACCESS_LOG]
+    assert access is not None  # only installed with a log
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    client = request.app[HANDED_OVER].client(peer)
+    record = RequestRecord(client, request.method, request.path, "app")
+    request[LOGGED] = record
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        record.status = exc.status
+        raise
+    except BaseException:
+        record.status = record.status or 500
+        raise
+    else:
+        record.status = response.status
+        # A streamed answer is out by now; a whole one is written after this returns.
+        body = getattr(response, "body", None)
+        whole = len(body) if isinstance(body, (bytes, bytearray)) else 0
+        record.sent = response.body_length if response.prepared else whole
+        return response
+    finally:
+        access.finish(record)
+
+
+@web.middleware
+async def _no_retry_marker(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own answers (a path with no route, a method it does not take, a body over
+    the limit) say `x-should-retry: false` as the gateway's do (relay.NO_RETRY_STATUSES)."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        exc.headers.update(no_retry_headers(exc.status))
+        raise
+    if not response.prepared:
+        response.headers.update(no_retry_headers(response.status))
+    return response
 
 
 def _key_guard(team: Team) -> Middleware:
@@ -231,16 +309,70 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
+# What `GET /` names: a person who opens the gateway's address finds where to go; nothing
+# in it needs the key or tells more than the routes themselves would.
+INDEX = {
+    "service": "sm120 gateway",
+    "dashboard": "/dashboard",
+    "health": "/health",
+    "models": "/v1/models",
+}
+
+
+async def _index(request: web.Request) -> web.Response:
+    # A browser is sent to the dashboard; a script gets the index as JSON.
+    if "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPFound("/dashboard")
+    return web.json_response({**INDEX, "protocols": list(protocol_paths().values())})
+
+
 async def _health(request: web.Request) -> web.Response:
     counts = request.app[FAST_PATH]
     fast_path = {"answered": counts.answered, "handed_over": counts.handed_over}
     return web.json_response({"status": "ok", "fast_path": fast_path})
 
 
+class ModelsListing:
+    """The /v1/models body, built again only when what it shows changed: which models are
+    served, by which deployment, and which are awake. With thousands of models and aliases
+    a build costs tens of milliseconds on the event loop; a request that finds the same
+    table pays a tuple of the table's states instead."""
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[str, str, bool], ...] | None = None
+        self._body = b""
+
+    def body(self, swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable) -> bytes:
+        key = tuple((m, b.deployment, swapper.awake(b)) for m, b in backends.items())
+        if key != self._key:
+            listing = {"object": "list", "data": _model_entries(swapper, backends, aliases)}
+            self._body, self._key = json.dumps(listing).encode(), key
+        return self._body
+
+
+MODELS_LISTING: web.AppKey[ModelsListing] = web.AppKey("models_listing", ModelsListing)
+TEAM: web.AppKey[Team] = web.AppKey("team", Team)
+# Who sent a request, once the guard has let it in.
+KEY_ENTRY: web.RequestKey[KeyEntry] = web.RequestKey("sm120.key", KeyEntry)
+
+
 async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
-    backends = _allowed(await swapper.discover(), _entry(request))
+    backends = await swapper.discover()
     await swapper.observe(backends)
+    entry = _entry(request)
+    if entry.models is not None:
+        # A key held to some models sees those, and no aliases (built for it, not cached).
+        mine = _allowed(backends, entry)
+        listing = {"object": "list", "data": _model_entries(swapper, mine, alias_table(()))}
+        return web.json_response(listing)
+    body = request.app[MODELS_LISTING].body(swapper, backends, request.app[ALIASES])
+    return web.Response(body=body, content_type="application/json")
+
+
+def _model_entries(
+    swapper: Swapper, backends: dict[str, Backend], aliases: AliasTable
+) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = [
         {
             "id": model,
@@ -251,16 +383,25 @@ async def _models(request: web.Request) -> web.Response:
         }
         for model, backend in sorted(backends.items())
     ]
-    aliases: tuple[Alias, ...] = request.app[ALIASES] if _entry(request).models is None else ()
-    for name, target in as_table(aliases).items():
-        found = _routed(name, aliases, backends) if name not in backends else None
-        entry: dict[str, Any] = {"id": name, "object": "model", "owned_by": "sm120"}
-        entry["alias_of"] = target
-        if found is not None:
-            entry.update(deployment=found[1].deployment, served_model=found[0])
-            entry["awake"] = swapper.awake(found[1])
+    # Each alias is listed with where it sends: one lookup each, whatever their number.
+    by_deployment = _by_deployment(backends)
+    for alias in aliases:
+        entry: dict[str, Any] = {"id": alias.name, "object": "model", "owned_by": "sm120"}
+        entry["alias_of"] = alias.target
+        target = (
+            None if alias.name in backends else served_model(alias.target, backends, by_deployment)
+        )
+        if target is not None:
+            entry.update(deployment=backends[target].deployment, served_model=target)
+            entry["awake"] = swapper.awake(backends[target])
         data.append(entry)
-    return web.json_response({"object": "list", "data": data})
+    return data
+
+
+def _some(names: list[str], total: int | None = None) -> str:
+    total = len(names) if total is None else total
+    shown = ", ".join(names[:NAMES_IN_404])
+    return shown if total <= NAMES_IN_404 else f"{shown} and {total - NAMES_IN_404:,} more"
 
 
 async def _forward(request: web.Request) -> web.StreamResponse:
@@ -275,6 +416,9 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     if model is not None and not isinstance(model, str):
         return openai_error(400, "'model' must be a string", "invalid_request_error")
     routes = request.app[ROUTES]
+    logged = request.get(LOGGED)
+    if logged is not None:
+        logged.model = model
     if not model:
         # Engines take a request without a model as one for the model they serve: so does
         # the gateway when it has exactly one; with several, it cannot guess.
@@ -291,6 +435,8 @@ async def _forward(request: web.Request) -> web.StreamResponse:
         named = served if backend is not None else "(unknown)"
         request.app[TEAM].refusal_recorded(entry, named, protocol, 404)
         return _unknown_model_for(entry, model, backends, request.app[ALIASES])
+    if logged is not None:
+        logged.deployment = backend.deployment
     refusal = _unserved(protocol, request.path, backend)
     if refusal is not None:
         return refusal
@@ -304,6 +450,10 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     try:
         await swapper.ensure_awake(backend)
     except SwapFailed as exc:
+        access = request.app[ACCESS_LOG]
+        if access is not None:
+            access.event("refusal", reason=exc.one_line(), model=model,
+                         deployment=backend.deployment)  # fmt: skip
         response = openai_error(503, exc.one_line(), "service_unavailable")
         if exc.retry_after is not None:
             response.headers["Retry-After"] = str(exc.retry_after)
@@ -346,11 +496,11 @@ def _allowed(backends: dict[str, Backend], entry: KeyEntry) -> dict[str, Backend
 
 
 def _unknown_model_for(
-    entry: KeyEntry, model: str, backends: dict[str, Backend], aliases: tuple[Alias, ...]
+    entry: KeyEntry, model: str, backends: dict[str, Backend], aliases: AliasTable
 ) -> web.Response:
     """What a key may see: its own models, and the aliases only for a key without a list."""
     visible = sorted(_allowed(backends, entry))
-    return _unknown_model(model, visible, aliases if entry.models is None else ())
+    return _unknown_model(model, visible, aliases if entry.models is None else alias_table(()))
 
 
 async def _read_body(request: web.Request) -> bytes | web.Response:
@@ -387,10 +537,14 @@ def _no_model(models: list[str]) -> web.Response:
     )  # fmt: skip
 
 
-def _unknown_model(model: str, models: list[str], aliases: tuple[Alias, ...]) -> web.Response:
-    listed = ", ".join(models) or "none"
-    names = [alias.name for alias in aliases]
-    extra = f"; aliases: {', '.join(names)}" if names else ""
+# An unknown model's 404 names this many models and aliases; /v1/models has them all.
+NAMES_IN_404 = 20
+
+
+def _unknown_model(model: str, models: list[str], aliases: AliasTable) -> web.Response:
+    listed = _some(models) or "none"
+    names = [alias.name for alias in list(aliases)[: NAMES_IN_404 + 1]]
+    extra = f"; aliases: {_some(names, len(aliases))}" if names else ""
     return openai_error(
         404,
         f"model '{model}' is not served here; models: {listed}{extra}",

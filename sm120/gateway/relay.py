@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sm120.gateway.access_log import LOGGED
 from sm120.gateway.backends import Backend
 from sm120.gateway.usage import Tap
 
@@ -37,6 +39,16 @@ RESPONSE_ID_PATHS = (
     ("DELETE", "/v1/responses/{response_id}"),
     ("POST", "/v1/responses/{response_id}/cancel"),
 )
+# Answers a retry cannot change: a malformed body, a missing or wrong key, a forbidden one, an
+# unknown model or path, a body too large, a protocol the engine lacks. They carry
+# `x-should-retry: false`, which the Anthropic SDK and Claude Code honour over their own rules
+# (Claude Code otherwise retries a 401 for minutes). 408, 409, 429 and the 5xx but 501 stay
+# retryable: a swap, a slow engine or a restart may be over by the next try. Codex reads no
+# such header: it retries only 429, 5xx and transport errors (openai/codex
+# codex-rs/codex-client/src/retry.rs), so these 4xx already end it; a 501 costs it its
+# request_max_retries.
+NO_RETRY_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 415, 422, 501})
+NO_RETRY = "x-should-retry"
 _TIMEOUT = aiohttp.ClientTimeout(
     total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S
 )
@@ -46,18 +58,30 @@ def _error_body(status: int, message: str, kind: str, **extra: Any) -> dict[str,
     return {"error": {"message": message, "type": kind, "code": status, **extra}}
 
 
+def no_retry_headers(status: int) -> dict[str, str]:
+    """The header that tells a client not to retry an answer with this status, if it needs one."""
+    return {NO_RETRY: "false"} if status in NO_RETRY_STATUSES else {}
+
+
 def openai_error(status: int, message: str, kind: str, **extra: Any) -> web.Response:
     """An error in the OpenAI shape every client SDK parses (the gateway's own answers)."""
-    return web.json_response(_error_body(status, message, kind, **extra), status=status)
+    body = _error_body(status, message, kind, **extra)
+    return web.json_response(body, status=status, headers=no_retry_headers(status))
 
 
-def error_bytes(status: int, message: str, kind: str, **extra: Any) -> bytes:
+def error_bytes(
+    status: int, message: str, kind: str, *, close: bool = False, **extra: Any
+) -> bytes:
     """The same error as `openai_error`, as a whole HTTP/1.1 answer for the gateway's fast
-    path (sm120.gateway.front), which writes bytes, not aiohttp responses."""
+    path (sm120.gateway.front), which writes bytes, not aiohttp responses. `close`: the
+    connection ends after it, and the answer says so."""
     body = json.dumps(_error_body(status, message, kind, **extra)).encode()
+    marker = "".join(f"{name}: {value}\r\n" for name, value in no_retry_headers(status).items())
     head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{marker}"
+        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        + ("Connection: close\r\n" if close else "")
+        + "\r\n"
     )
     return head.encode() + body
 
@@ -106,9 +130,14 @@ async def relay(
             for name, value in upstream.headers.items():
                 if name.lower() not in HOP_HEADERS:
                     response.headers[name] = value
+            # The engine's own 400 (a prompt too long, a bad tool schema) is as final as ours.
+            response.headers.update(no_retry_headers(upstream.status))
             await response.prepare(request)
             if tap is not None:
                 tap.status = upstream.status
+            logged = request.get(LOGGED)
+            if logged is not None and logged.first_byte is None:
+                logged.first_byte = time.monotonic()
             async for chunk in upstream.content.iter_any():
                 if tap is not None:
                     tap.seen(chunk)
@@ -132,6 +161,7 @@ async def _route_miss(
     raw = await upstream.content.read(ROUTE_MISS_BYTES + 1)
     if not is_route_miss(raw):
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
+        headers.update(no_retry_headers(404))
         rest = await upstream.content.read()
         return web.Response(status=404, body=raw + rest, headers=headers)
     return openai_error(501, route_miss_message(backend, path, protocol), "not_implemented",
@@ -175,6 +205,7 @@ async def relay_by_id(
                 headers = {
                     k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS
                 }
+                headers.update(no_retry_headers(upstream.status))
                 return web.Response(
                     status=upstream.status, body=await upstream.read(), headers=headers
                 )

@@ -19,6 +19,7 @@ from sm120.core.pidlock import PidLock
 from sm120.engine.secrets import read_api_key
 from sm120.engine.state import private_dir
 from sm120.gateway import proxy
+from sm120.gateway.access_log import AccessLog
 from sm120.gateway.actions import EngineActions
 from sm120.gateway.admission import Team
 from sm120.gateway.aliases import as_table
@@ -37,7 +38,7 @@ from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.requestlog import RequestLog
 from sm120.gateway.static import load_static_backends, static_discover
-from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.gateway.swap import SwapActions, Swapper, SwapPolicy
 from sm120.gateway.usage import Record, UsageWriter
 
 
@@ -56,6 +57,9 @@ def serve(config: GatewayConfig, files: GatewayFiles) -> None:
     lock = PidLock(files.pid)
     if not lock.acquire():
         held = running_gateway(files)
+        AccessLog(files.access_log).event(
+            "refusal", reason="another gateway runs", pid=held[0] if held else None
+        )
         raise GatewayRunning(
             f"a gateway already runs (pid {held[0] if held else '?'})",
             "see 'sm120 gateway status', or 'sm120 gateway stop' first",
@@ -126,10 +130,13 @@ async def _serve(
         connector=connector, auto_decompress=False, cookie_jar=jar
     ) as session:
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
-        swapper = Swapper(policy, EngineActions(session), discoverer(find))
+        access = AccessLog(files.access_log)
+        actions = LoggedActions(EngineActions(session), access)
+        swapper = Swapper(policy, actions, discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
+        logged = access if config.access_log else None
         team = team_of(config, files, api_key, loop)
-        app = build_app(api_key, swapper, session, config.aliases, rewrite, team)
+        app = build_app(api_key, swapper, session, config.aliases, rewrite, logged, team)
         runner = app_runner(app)
         await runner.setup()
         try:
@@ -143,9 +150,15 @@ async def _serve(
                     as_table(config.aliases),
                 )  # fmt: skip
                 save_address(files, address)
+                access.event(
+                    "start", host=config.host, port=config.port, pid=os.getpid(),
+                    max_awake=config.max_awake, aliases=len(config.aliases),
+                )  # fmt: skip
                 await stop.wait()
         finally:
             await runner.cleanup()
+            access.event("stop", pid=os.getpid())
+            access.flush()
             if team.usage is not None:
                 await asyncio.to_thread(team.usage.close)
 
@@ -170,3 +183,30 @@ def team_of(
     team.meter.dropped = lambda: writer.dropped
     writer.start()
     return team
+
+
+class LoggedActions:
+    """The swapper's actions, each one a line in the access log (what a swap did, and when)."""
+
+    def __init__(self, actions: SwapActions, access: AccessLog) -> None:
+        self._actions = actions
+        self._access = access
+
+    async def stop(self, backend: Backend) -> None:
+        self._access.event("swap", action="stop", deployment=backend.deployment)
+        await self._actions.stop(backend)
+
+    async def start(self, backend: Backend, timeout_s: float) -> None:
+        self._access.event("swap", action="start", deployment=backend.deployment)
+        await self._actions.start(backend, timeout_s)
+
+    async def sleep(self, backend: Backend) -> None:
+        self._access.event("swap", action="sleep", deployment=backend.deployment)
+        await self._actions.sleep(backend)
+
+    async def wake(self, backend: Backend) -> None:
+        self._access.event("swap", action="wake", deployment=backend.deployment)
+        await self._actions.wake(backend)
+
+    async def is_sleeping(self, backend: Backend) -> bool:
+        return await self._actions.is_sleeping(backend)

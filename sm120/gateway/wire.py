@@ -1,7 +1,6 @@
-"""HTTP/1.1 on the wire, as much as the gateway's fast path reads: a request head, and where an
-answer ends in a stream of bytes passed on untouched (Content-Length, chunked, or the close of
-the connection). Anything this module does not take as plainly well formed is left to the
-full HTTP server behind the fast path, which answers it as before."""
+"""HTTP/1.1 on the wire, as the gateway's front reads it: a request head as parsed (by
+sm120.gateway.reader), and where an answer ends in a stream of bytes passed on untouched
+(Content-Length, chunked, or the close of the connection)."""
 
 from __future__ import annotations
 
@@ -39,25 +38,6 @@ class RequestHead:
         return int(text)
 
 
-def parse_request_head(head: bytes) -> RequestHead | None:
-    """`head` without its closing blank line. None for anything but a plain HTTP/1.1 request
-    in origin form with well-formed header lines (folded lines, bare CR or LF, a missing
-    colon): those go to the full server, which refuses or serves them by the RFC."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or not parts[1].startswith(b"/"):
-        return None
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or b"\n" in line or b"\r" in line:
-            return None
-        headers.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
-    if not parts[0].isalpha():
-        return None
-    return RequestHead(parts[0].decode("ascii"), parts[1].decode("latin-1"), tuple(headers))
-
-
 class FramingError(ValueError):
     """An answer whose framing cannot be followed: the connection cannot be used again."""
 
@@ -67,7 +47,10 @@ class ResponseFraming:
     arrived and says how many of those bytes belong to this answer. The head is kept (to read
     the status and framing headers); the body is only counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, no_body: bool = False) -> None:
+        # `no_body`: the answer to a HEAD request, whose framing headers describe a body
+        # that is not sent.
+        self._no_body = no_body
         self._head = bytearray()
         self.status = 0
         self.keep_alive = True
@@ -134,8 +117,11 @@ class ResponseFraming:
                 chunked = text.endswith(b"chunked")
             elif key == b"connection":
                 self.keep_alive = self.keep_alive and b"close" not in text
-        if 100 <= self.status < 200 or self.status in (204, 304):
-            raise FramingError(f"status {self.status} is not passed on by the fast path")
+        if 100 <= self.status < 200:
+            raise FramingError(f"status {self.status} is not passed on by the front")
+        if self._no_body or self.status in (204, 304):
+            self.done = True  # a head and nothing after it
+            return
         self.chunked = chunked
         if chunked:
             self._state = "size"

@@ -54,7 +54,7 @@ def _from_container(container: Any) -> ImageInfo | None:
     if raw:
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict) and data:
             return ImageInfo(source + ", manifest file inside", data)

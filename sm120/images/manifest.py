@@ -37,7 +37,7 @@ def build_hash(
     so a new port or context length reuses the image instead of rebuilding it."""
     identity = {
         "engine": plan.engine,
-        "image": plan.image.model_dump(),
+        "image": plan.image.identity(),
         "context": context_digest,
         "extra_args": extra_args or {},
     }
@@ -100,6 +100,6 @@ def manifest_from_labels(labels: dict[str, str] | None) -> dict[str, Any] | None
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

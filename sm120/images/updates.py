@@ -49,7 +49,10 @@ PYPI_URL = "https://pypi.org"
 TAG_PAGE = 1000
 MAX_TAG_PAGES = 20
 SHOWN = 5  # newest builds a line names; the count says how many more there are
-_DATED = re.compile(r"^(?P<name>[A-Za-z]+(?:-[A-Za-z]+)?)-.*-(?P<date>20\d{6})$")
+# A dated build may carry a rebuild number after its date (kimi-k3-...-20260922-r1).
+_DATED = re.compile(
+    r"^(?P<name>[A-Za-z]+(?:-[A-Za-z]+)?)-.*-(?P<date>20\d{6})(?:-r(?P<rebuild>\d+))?$"
+)
 
 Status = Literal[
     "newer", "current", "incomplete", "unordered", "moved", "unreachable", "not-watched"
@@ -150,16 +153,21 @@ def newer_tags(pinned: str, tags: Iterable[str]) -> tuple[Status, tuple[str, ...
         return "unordered", ()
     later = sorted(
         (
-            (match["date"], tag)
+            (_build_order(match), tag)
             for tag in tags
             if (match := _DATED.match(tag)) is not None
             and match["name"] == dated["name"]
-            and match["date"] > dated["date"]
+            and _build_order(match) > _build_order(dated)
         ),
         reverse=True,
     )
     ordered = tuple(tag for _, tag in later)
     return ("newer" if ordered else "current"), ordered
+
+
+def _build_order(match: re.Match[str]) -> tuple[str, int]:
+    """A dated build's place: its date, then its rebuild number (none is 0)."""
+    return match["date"], int(match["rebuild"] or 0)
 
 
 def _next_page(reply: httpx.Response) -> str | None:

@@ -86,6 +86,12 @@ class FailureMode(BaseModel):
         "(e.g. vllm: '>=0.23,<0.24'); the plan rules skip it on other releases. An engine not "
         "named, or a build whose version is no release number (a branch or fork ref), keeps it.",
     )
+    fork_fixes: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="Engine refs (an image's engine_version, exactly) whose fork carries its "
+        "own fix for part of this failure, with the values it holds for (e.g. the KV dtypes "
+        "that fork implements for SM120); the rule passes those values on that ref only.",
+    )
     note: str | None = Field(default=None, description="Maintainer notes on this entry.")
 
     @field_validator("engine_versions")

@@ -33,6 +33,10 @@ SUITE = "agent"
 APIS = ("messages", "chat")
 DEFAULT_ANSWER_TOKENS = 1024
 MAX_NOTES_TOKENS = 4000
+# One turn streams a prompt of at most a few thousand tokens and DEFAULT_ANSWER_TOKENS back:
+# a minute or two at the slowest decode a served model has. Past this the turn fails (a
+# server that streams forever, however slowly, never trips a stall bound).
+AGENT_TURN_S = 600.0
 PROTOCOL_ONLY_RECIPES = ("tiny",)
 """Recipes whose weights are random: only the protocol can be checked."""
 
@@ -117,7 +121,7 @@ def run_agent(
 ) -> dict[str, Any]:
     protocol_only = is_protocol_only(options, target)
     results = []
-    with target.wire() as wire:
+    with target.wire(exchange_s=AGENT_TURN_S) as wire:
         system = system_prompt(wire, target.model, notes_tokens(options, target.max_model_len))
         for api in options.apis:
             # A salt of its own at the head of the prompt: the hit rate is then this
@@ -363,7 +367,7 @@ def expectation_problems(exchange: Exchange, step: Step) -> list[str]:
 def _input(call: ToolCall) -> dict[str, Any]:
     try:
         value = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past the stack
         return {}
     return value if isinstance(value, dict) else {}
 

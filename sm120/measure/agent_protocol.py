@@ -73,6 +73,8 @@ def call_problems(call: ToolCall, tools: Mapping[str, ToolSpec]) -> list[str]:
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError:
         return [*problems, f"{call.name} input is not JSON: {call.arguments[:80]!r}"]
+    except RecursionError:
+        return [*problems, f"{call.name} input is nested deeper than a JSON reader follows"]
     return problems + schema_problems(arguments, tool.parameters, f"{call.name} input")
 
 

@@ -55,13 +55,13 @@ def all_records(path: Path | None = None) -> list[dict[str, Any]]:
 
 def _read(path: Path) -> Iterator[dict[str, Any]]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a torn line, or one nested past the stack
             continue
         if isinstance(record, dict):
             yield record

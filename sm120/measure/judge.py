@@ -154,7 +154,7 @@ def _call_problem(call: ToolCall, wanted: ToolExpectation) -> str | None:
         return f"called '{call.name}'"
     try:
         arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return f"arguments are not JSON: {call.arguments[:80]!r}"
     if not isinstance(arguments, dict):
         return "arguments are not a JSON object"

@@ -262,7 +262,7 @@ def _take_event(payload: bytes, timing: RequestTiming, arrived: float) -> bool:
         return False
     try:
         chunk = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         timing.error = f"a stream line that is not JSON: {payload[:80]!r}"
         return True
     if not isinstance(chunk, dict):
@@ -329,3 +329,57 @@ def run_load(
 ) -> LoadResult:
     """Send every prompt, `concurrency` at a time (a closed loop, like --max-concurrency)."""
     return asyncio.run(_run(base_url, api_key, model, prompts, max_tokens, concurrency, timeout))
+
+
+Conversation = Sequence[tuple[Prompt, int]]
+"""One session's requests in order: (prompt, tokens to generate) each."""
+
+
+async def _run_sessions(
+    base_url: str,
+    api_key: str | None,
+    model: str,
+    sessions: Sequence[Conversation],
+    concurrency: int,
+    timeout: float,
+) -> LoadResult:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    root = server_root(base_url)
+    url = root + COMPLETIONS_PATH
+    queue: asyncio.Queue[Conversation] = asyncio.Queue()
+    for session in sessions:
+        queue.put_nowait(session)
+    timings: list[RequestTiming] = []
+    async with aiohttp.ClientSession(
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=10.0),
+        connector=aiohttp.TCPConnector(limit=concurrency + 2),
+    ) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                for prompt, max_tokens in queue.get_nowait():
+                    timings.append(await _one(client, url, model, prompt, max_tokens))
+
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with client.get(root + "/health") as response:
+                await response.content.read(1 << 16)
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        duration = time.perf_counter() - started
+    return LoadResult(concurrency=concurrency, duration_s=duration, requests=timings)
+
+
+def run_sessions(
+    base_url: str,
+    api_key: str | None,
+    model: str,
+    sessions: Sequence[Conversation],
+    *,
+    concurrency: int = 1,
+    timeout: float = 3600.0,
+) -> LoadResult:
+    """Play each session's requests in order, `concurrency` sessions at a time: the turns of
+    one session follow each other as a client's do, so what they share stays in the prefix
+    cache the way it would (`sm120 tune`'s workloads)."""
+    return asyncio.run(_run_sessions(base_url, api_key, model, sessions, concurrency, timeout))

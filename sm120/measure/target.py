@@ -64,8 +64,8 @@ class Target:
     engine_python: str | None = None
     """The interpreter the plan runs the engine with (in its image, for a container)."""
 
-    def wire(self, timeout: float = 3600.0) -> Wire:
-        return Wire(self.base_url, self.api_key, timeout=timeout)
+    def wire(self, timeout: float = 3600.0, exchange_s: float | None = None) -> Wire:
+        return Wire(self.base_url, self.api_key, timeout=timeout, exchange_s=exchange_s)
 
     @property
     def history_key(self) -> str:
@@ -133,7 +133,7 @@ def load_plan(state: DeploymentState) -> dict[str, Any] | None:
     path = deployments_root() / state.name / PLAN_FILE
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(document, dict) or document.get("plan_hash") != state.plan_hash:
         return None

@@ -84,7 +84,7 @@ def read_vocabulary(folder: Path) -> Vocabulary | None:
 def _json_object(path: Path) -> dict[str, Any] | None:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return document if isinstance(document, dict) else None
 

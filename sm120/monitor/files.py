@@ -155,8 +155,10 @@ def save_launch_spec(path: Path, spec: LaunchSpec) -> None:
 
 
 def load_launch_spec(path: Path, api_key: str | None) -> LaunchSpec | None:
+    """The saved launch spec, or None when there is none or it is not one launch wrote (a
+    value of the wrong type would otherwise surface later, far from here, as a TypeError)."""
     data = read_json(path)
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not _spec_types_hold(data):
         return None
     env = dict(data.get("env") or {})
     for variable in data.get("api_key_env") or []:
@@ -170,3 +172,26 @@ def load_launch_spec(path: Path, api_key: str | None) -> LaunchSpec | None:
         return LaunchSpec(**fields)
     except TypeError:
         return None
+
+
+_SPEC_TEXT = ("name", "recipe", "host", "plan_hash", "served_model_name")
+_SPEC_TEXT_OR_NONE = ("model_dir", "api_key_file", "engine", "engine_version")
+
+
+def _spec_types_hold(data: dict[str, Any]) -> bool:
+    def texts(value: Any) -> bool:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+    port = data.get("port")
+    env = data.get("env") or {}
+    return (
+        all(isinstance(data.get(key), str) for key in _SPEC_TEXT)
+        and all(isinstance(data.get(key), (str, type(None))) for key in _SPEC_TEXT_OR_NONE)
+        and type(port) is int
+        and 0 < port < 65536
+        and texts(data.get("argv") or [])
+        and texts(data.get("api_key_env") or [])
+        and isinstance(env, dict)
+        and all(isinstance(value, str) for value in env.values())
+        and isinstance(data.get("container"), (dict, type(None)))
+    )

@@ -60,14 +60,19 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON in `path`, or None when it is missing, torn, not text, or nested past the
+    stack (the monitor's own files: written atomically, so any of these means damage)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError, RecursionError):
         return None
 
 
 def iso_time(at: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    except (OverflowError, OSError, ValueError):  # a time no clock wrote: NaN, 1e300
+        return "unknown time"
 
 
 @dataclass

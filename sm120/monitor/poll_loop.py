@@ -24,6 +24,7 @@ from sm120.core.errors import SM120Error
 from sm120.engine.gpu_readings import GpuReading, GpuSource, default_source
 from sm120.engine.log_follow import LogFollower
 from sm120.engine.runtime.base import ExitInfo
+from sm120.logs.diagnosis.naming import STARTUP_WORK
 from sm120.logs.failures import Diagnoser
 from sm120.logs.phases import StartupTracker
 from sm120.monitor.diagnostics import capture_wedge
@@ -179,9 +180,15 @@ class MonitorService:
         self.recent.append(line)
         if self.ready:
             self.detector.note_line(line, now)
+            busy_compiling = self.detector.compiling(now)
         else:
             self.tracker.feed(line, now)
-        for found in self.diagnoser.feed(line):
+            busy_compiling = self.tracker.phase in STARTUP_WORK
+        # The shared-memory broadcast line (F22) also says "a worker has been busy 60 s":
+        # while the engine loads, compiles or warms up (a fresh tiny launch's torch.compile
+        # took 2 min on 2 cores) that is slow work, not a wedge, as `sm120 logs` already
+        # judges it (name_failures). The watchdog names a real wedge from frozen counters.
+        for found in self.diagnoser.feed(line, starting=busy_compiling):
             self._alert(now, "failure", f"{found.id} {found.title}. Fix: {found.fix}")
 
     # --- the server ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ the monitor's files only, so it works whether or not the monitor runs."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict
 from typing import Any
@@ -28,14 +29,20 @@ def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
     window = settings.restart_window_s
     recent = [at for at in breaker.restarts if now - at < window]
     gave_up_at = breaker.gave_up_at
-    fresh = now - float(live.get("updated_at") or 0.0) < STALE_AFTER_S
+    updated_at = live.get("updated_at")
+    fresh = (
+        isinstance(updated_at, (int, float))
+        and not isinstance(updated_at, bool)
+        and now - updated_at < STALE_AFTER_S
+    )
+    watchdog = live.get("watchdog")
     return {
         "monitor_pid": running_monitor(files),
         "activity": live.get("activity") if fresh else None,
         "decode_tps": live.get("decode_tps") if fresh else None,
         "prefill_tps": live.get("prefill_tps") if fresh else None,
         # Per GPU: index, util_pct, power_w, power_limit_w, memory_used_mib, temperature_c.
-        "gpus": list(live.get("gpus") or []) if fresh else [],
+        "gpus": _objects(live.get("gpus")) if fresh else [],
         "peaks": asdict(peaks) if peaks else None,
         "watchdog": {
             "restart_on_wedge": settings.restart_on_wedge,
@@ -54,11 +61,16 @@ def monitor_summary(files: MonitorFiles) -> dict[str, Any]:
             "restarts": [
                 {**asdict(record), "at": iso_time(record.at)} for record in breaker.records
             ],
-            "last_wedge": (live.get("watchdog") or {}).get("last_wedge"),
+            "last_wedge": watchdog.get("last_wedge") if isinstance(watchdog, dict) else None,
         },
-        "alerts": list(live.get("alerts") or [])[-3:],
+        "alerts": _objects(live.get("alerts"))[-3:],
         "kv_tier": live.get("kv_tier") if fresh else None,  # offload, load-back, hits by tier
     }
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The monitor writes lists of objects; a hand-edited or damaged file holds anything."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -102,7 +114,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     if watchdog.get("last_wedge"):
         lines.append(f"  wedge     diagnostics in {watchdog['last_wedge']}")
     for alert in summary.get("alerts") or []:
-        lines.append(f"  alert     {alert['at']} {alert['kind']}: {alert['message']}")
+        lines.append(f"  alert     {alert.get('at')} {alert.get('kind')}: {alert.get('message')}")
     return lines
 
 
@@ -111,7 +123,9 @@ def gpu_line(gpu: dict[str, Any]) -> str:
 
     def value(key: str, unit: str = "") -> str:
         number = gpu.get(key)
-        return "-" if number is None else f"{float(number):.0f}{unit}"
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            return "-"
+        return f"{float(number):.0f}{unit}" if math.isfinite(number) else "-"
 
     return (
         f"{value('util_pct', '%')} util, {value('power_w')}/{value('power_limit_w', ' W')}, "

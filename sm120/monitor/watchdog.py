@@ -108,6 +108,11 @@ class WedgeDetector:
         elif self._compiling_since is None and WARMUP_SIGNALS.search(text):
             self._compiling_since = now
 
+    def compiling(self, now: float) -> bool:
+        """Whether a compile or warm-up line opened a window that is still open."""
+        since = self._compiling_since
+        return since is not None and now - since < self.max_compile_s
+
     def reset(self, now: float) -> None:
         """A new server run (after a restart): nothing it did is frozen yet."""
         self._counters = None
@@ -158,10 +163,7 @@ class WedgeDetector:
             # Work first seen now: the request may have arrived just before this look.
             self._was_idle = False
             self._last_progress = now
-        compiling = self._compiling_since is not None and (
-            now - self._compiling_since < self.max_compile_s
-        )
-        if compiling:
+        if self.compiling(now):
             self._last_progress = now
             return Activity.compiling
         if gpus is GpuState.busy:
@@ -250,12 +252,20 @@ class RestartBreaker:
 
 
 def breaker_state_from(data: object) -> BreakerState:
-    """watchdog.json as written by an earlier monitor; anything unreadable is a fresh start."""
+    """watchdog.json as written by an earlier monitor; anything unreadable (a value of the
+    wrong type, a time past what a float holds) is a fresh start."""
+    try:
+        return _breaker_state(data)
+    except (TypeError, ValueError, OverflowError):
+        return BreakerState()
+
+
+def _breaker_state(data: object) -> BreakerState:
     if not isinstance(data, dict):
         return BreakerState()
     records = [
         RestartRecord(
-            at=float(item.get("at") or 0.0),
+            at=_time(item.get("at") or 0.0),
             kind=str(item.get("kind") or "restart"),
             reason=str(item.get("reason") or ""),
             log_tail=[str(line) for line in item.get("log_tail") or []],
@@ -263,9 +273,19 @@ def breaker_state_from(data: object) -> BreakerState:
         for item in data.get("records") or []
         if isinstance(item, dict)
     ]
+    gave_up_at = data.get("gave_up_at")
     return BreakerState(
-        restarts=[float(at) for at in data.get("restarts") or []],
-        gave_up_at=data.get("gave_up_at"),
+        restarts=[_time(at) for at in data.get("restarts") or []],
+        gave_up_at=None if gave_up_at is None else _time(gave_up_at),
         gave_up_reason=data.get("gave_up_reason"),
         records=records,
     )
+
+
+def _time(value: object) -> float:
+    """Seconds since 1970 that a clock could have written; anything else is damage."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("not a time")
+    if not 0 <= value < 1e11:  # NaN fails this too
+        raise ValueError("not a time")
+    return float(value)

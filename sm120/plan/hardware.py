@@ -53,3 +53,15 @@ def declared(gpus: int | None, arch: str | None) -> Hardware | None:
 
 def assumed(spec: HardwareSpec) -> Hardware:
     return Hardware(gpus=spec.gpus, arch=spec.compute_caps[0], source="assumed")
+
+
+def divisors(number: int) -> list[int]:
+    """The sizes that split `number` evenly (TP 9: 1, 3, 9; TP 4: 1, 2, 4): the DCPs a TP
+    takes, the TPs a head count takes. GPU counts need not be powers of two."""
+    return [size for size in range(1, number + 1) if number % size == 0]
+
+
+def spelled(sizes: list[int]) -> str:
+    """'1, 3 or 9' for a hint."""
+    words = [str(size) for size in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"

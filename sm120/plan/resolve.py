@@ -1,7 +1,8 @@
 """Resolve a recipe into an immutable launch plan.
 
 One resolution order, lowest first:
-  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < command line
+  recipe defaults < variants (in the order given) < .env < environment (SM120_*) < tuned
+  (`sm120 tune`'s result for this host, deploy/tuned.py) < command line
 then values derived from the checkpoint (index_topk_pattern) are merged in, unless the command
 line already set them. Every arg and variable remembers which layer set it.
 """
@@ -35,6 +36,7 @@ from sm120.recipe.schema import (
     HardwareSpec,
     ImageSpec,
     KvTier,
+    Launcher,
     ModelSource,
     MonitorSpec,
     MultiNode,
@@ -62,6 +64,9 @@ class PlanRequest:
     force: tuple[str, ...] = ()
     dotenv: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] = field(default_factory=dict)
+    # `sm120 tune`'s winning settings for this host (deploy/tuned.py), as --set texts: a
+    # layer of their own, under the command line's --set, so an explicit flag still wins.
+    tuned: tuple[str, ...] = ()
 
 
 # Images sm120 builds are tagged sm120/<recipe>:<image-hash>: one tag per image spec, so
@@ -96,14 +101,19 @@ class LaunchPlan:
     plan_hash: str
     multinode: MultiNode | None = None
     published: Published | None = None  # sourced figures, shown beside the roofline
-    # The chosen variant that restores the recipe's seed default (Variant.seed), if any.
+    # The chosen variant that restores a former default of the recipe (Variant.seed, else
+    # Variant.former_default), if any: left out of the plan's identity.
     seed_variant: str | None = None
     kv_tier: KvTier | None = None  # rendered by render/kv_tier.py, sized by plan/fit/tier.py
+    # The image's own entrypoint with its knobs (render/launcher.py), instead of an engine
+    # command sm120 builds; args then state what the launcher runs, for the planner and rules.
+    launcher: Launcher | None = None
 
     @property
     def identity_variants(self) -> tuple[str, ...]:
         """The variants that name this plan in its hash and container labels: all but the seed
-        variant, which stands for the default as it was before a faster stack replaced it."""
+        (or former-default) variant, which stands for the default as it was before a faster
+        stack replaced it."""
         return tuple(name for name in self.variants if name != self.seed_variant)
 
     @property
@@ -133,7 +143,7 @@ class LaunchPlan:
     @property
     def image_hash(self) -> str:
         """Identity of the image this plan runs: engine and image spec, not the serve flags."""
-        return _hash({"engine": self.engine, "image": self.image.model_dump()})
+        return _hash({"engine": self.engine, "image": self.image.identity()})
 
     @property
     def image_ref(self) -> str:
@@ -163,6 +173,7 @@ class _Work:
     monitor: dict[str, Any]
     multinode: dict[str, Any] | None = None
     kv_tier: dict[str, Any] | None = None
+    launcher: dict[str, Any] | None = None
     model_dir: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -199,6 +210,7 @@ def _start(recipe: Recipe) -> _Work:
         port=recipe.default_port,
         multinode=recipe.multinode.model_dump() if recipe.multinode else None,
         kv_tier=recipe.kv_tier.model_dump() if recipe.kv_tier else None,
+        launcher=recipe.launcher.model_dump() if recipe.launcher else None,
     )
     if recipe.speculative is not None:
         work.args["speculative-config"] = recipe.speculative.config()
@@ -207,8 +219,18 @@ def _start(recipe: Recipe) -> _Work:
     return work
 
 
+def _keep_dims(work: _Work, previous: dict[str, Any]) -> None:
+    """A variant's other checkpoint of the same architecture class keeps the planner's model
+    dimensions (a -0731 release of DeepSeek-V4-Flash has the same layers); one of another
+    architecture must bring its own. The resident size is the checkpoint's and is not kept."""
+    same = previous.get("architecture") == work.model.get("architecture")
+    if same and previous.get("dims") is not None:
+        work.model["dims"] = previous["dims"]
+
+
 def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
     layer = f"variant {name}"
+    previous_model = work.model
     if variant.engine:
         work.engine = variant.engine
     if variant.replace_args:
@@ -219,6 +241,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         replacement = getattr(variant, section)
         if replacement is not None:
             setattr(work, section, replacement.model_dump())
+    if variant.model is not None and variant.model.dims is None:
+        _keep_dims(work, previous_model)
     for key, value in variant.args.items():
         work.set_arg(key, copy.deepcopy(value), layer)
     for key, env_value in variant.env.items():
@@ -242,6 +266,8 @@ def _apply_variant(work: _Work, name: str, variant: Variant) -> None:
         work.set_arg("speculative-config", variant.speculative.config(), layer)
     if variant.kv_tier is not None:
         work.kv_tier = variant.kv_tier.model_dump()
+    if variant.launcher is not None:
+        work.launcher = variant.launcher.model_dump()
 
 
 def _changes_serving(variant: Variant) -> bool:
@@ -255,6 +281,7 @@ def _changes_serving(variant: Variant) -> bool:
         or variant.replace_args
         or variant.speculative
         or variant.kv_tier
+        or variant.launcher
     )
 
 
@@ -332,7 +359,10 @@ def _validated(model: type[BaseModel], data: dict[str, Any], section: str) -> An
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join([section, *(str(p) for p in first["loc"])])
-        raise PlanError(f"{where}: {first['msg']}", "check the --set / .env value") from None
+        raise PlanError(
+            f"{where}: {str(first['msg']).removeprefix('Value error, ')}",
+            "check the --set / .env value",
+        ) from None
 
 
 def _check_args(work: _Work) -> None:
@@ -341,6 +371,34 @@ def _check_args(work: _Work) -> None:
         spec = flags.spec(name)
         work.args[name] = coerce_flag_value(spec, work.args[name])
     _check_speculative(work)
+
+
+def _check_launcher(work: _Work) -> None:
+    """A launcher route renders only the flags its knobs carry: a flag set by hand that no
+    knob carries would be silently dropped, and the launcher serves one host."""
+    if work.launcher is None:
+        return
+    command = " ".join(work.launcher["command"])
+    if work.multinode is not None or work.kv_tier is not None:
+        what = "a multi-node layout" if work.multinode is not None else "a KV tier"
+        raise PlanError(
+            f"{what} cannot be added to a route the image's own launcher runs ({command})",
+            "pick a variant whose command sm120 builds",
+        )
+    carried = set(work.launcher["from_args"].values())
+    if any(work.derive.values()):
+        raise PlanError(
+            f"flags derived from the checkpoint cannot reach a launcher route ({command})",
+            "turn the derivation off in the variant (derive: {index_topk_pattern: false})",
+        )
+    for key, layer in work.provenance.items():
+        name = key.removeprefix("args.")
+        if key.startswith("args.") and layer in _USER_LAYERS and name not in carried:
+            raise PlanError(
+                f"{name} ({layer}) is decided by the image's launcher ({command}); "
+                "no knob of it carries that flag",
+                "flags a knob carries: " + (", ".join(sorted(carried)) or "none"),
+            )
 
 
 def _check_speculative(work: _Work) -> None:
@@ -478,6 +536,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         _apply_variant(work, name, recipe.variants[name])
     _apply_knobs(work, layers[0], ".env")
     _apply_knobs(work, layers[1], "environment")
+    _apply_knobs(work, KnobValues(sets=list(request.tuned)), "tuned")
     cli = KnobValues(
         model_dir=request.model_dir,
         port=request.port,
@@ -492,6 +551,7 @@ def resolve(request: PlanRequest, recipe: Recipe | None = None) -> LaunchPlan:
         work.model_dir = str(Path(work.model_dir).expanduser().resolve())
     _apply_layout(work)
     _check_args(work)
+    _check_launcher(work)
     pending: list[str] = []
     derived = _derive(work, pending)
     return _freeze(recipe, variants, work, derived, pending, request.force)
@@ -516,12 +576,16 @@ def _freeze(
     monitor = _validated(MonitorSpec, work.monitor, "monitor")
     _validated(Derivations, work.derive, "derive")
     forced = tuple(sorted(set(force)))
-    seed_variant = next((name for name in variants if recipe.variants[name].seed), None)
+    # A variant that restores a former default (the seed, or a later one) keeps that
+    # default's identity: its name is not part of the hash or the labels.
+    seed_variant = next((name for name in variants if recipe.variants[name].seed), None) or next(
+        (name for name in variants if recipe.variants[name].former_default), None
+    )
     identity = {
         "recipe": recipe.name,
         "variants": [name for name in variants if name != seed_variant],
         "engine": work.engine,
-        "image": image.model_dump(),
+        "image": image.identity(),
         # planner-only facts (dims, resident size) do not change what runs
         "model": model.model_dump(exclude={"dims", "weights_gib"}),
         "model_dir": work.model_dir,
@@ -536,6 +600,9 @@ def _freeze(
     kv_tier = _validated(KvTier, work.kv_tier, "kv_tier") if work.kv_tier is not None else None
     if kv_tier is not None:  # likewise: plans without a tier keep their hashes
         identity["kv_tier"] = kv_tier.model_dump()
+    launcher = _validated(Launcher, work.launcher, "launcher") if work.launcher else None
+    if launcher is not None:  # and plans that build their own command keep theirs
+        identity["launcher"] = launcher.model_dump()
     return LaunchPlan(
         recipe=recipe.name,
         title=recipe.title,
@@ -564,4 +631,5 @@ def _freeze(
         published=work.published,
         seed_variant=seed_variant,
         kv_tier=kv_tier,
+        launcher=launcher,
     )

@@ -9,16 +9,20 @@ fixed upstream stops blocking the newer engines, and keeps blocking the old ones
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
 from sm120.core.suggest import did_you_mean
 from sm120.logs.failures import load_catalogue
-from sm120.plan.hardware import Hardware
+from sm120.plan.derive import read_config
+from sm120.plan.hardware import Hardware, divisors, spelled
+from sm120.plan.positions import ALLOW_LONG, effective_config, position_limit
 from sm120.plan.resolve import LaunchPlan
 from sm120.recipe.catalogue import choice_error, engine_flags, env_allow_list
 from sm120.recipe.kv_tiers import tier_refusal
@@ -79,11 +83,11 @@ def _kv_dtype(plan: LaunchPlan) -> str:
 
 @rule("S01", "error", "tensor parallel size divisible by decode context parallel size")
 def _tp_divisible_by_dcp(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    dcp = _int(plan, "decode-context-parallel-size", 1)
-    if _tp(plan) % dcp:
+    dcp, tp = _int(plan, "decode-context-parallel-size", 1), _tp(plan)
+    if tp >= 1 and dcp >= 1 and tp % dcp:
         yield (
-            f"tensor-parallel-size {_tp(plan)} is not divisible by "
-            f"decode-context-parallel-size {dcp}; pick a DCP that divides TP (1, 2 or 4 for TP 4)"
+            f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}; "
+            f"pick a DCP that divides TP ({spelled(divisors(tp))} for TP {tp})"
         )
 
 
@@ -174,6 +178,37 @@ def _cpu_ray(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
+@rule("S09", "error", "max-model-len within the checkpoint's positions")
+def _positions(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    # vLLM checks this only once the weights are loaded (42 s in for the tiny model, a
+    # traceback): the same check, from the recipe or the checkpoint's config.json, up front.
+    wanted = plan.arg("max-model-len")
+    dims = plan.model.dims
+    if plan.engine != "vllm" or not isinstance(wanted, int) or wanted <= 0:
+        return
+    if plan.env_dict.get(ALLOW_LONG) in ("1", "true", "True"):
+        return
+    checkpoint = read_config(Path(plan.model_dir)) if plan.model_dir else None
+    if checkpoint is None and dims is None:
+        return
+    source = "config.json" if checkpoint is not None else "the recipe's model.dims"
+    positions = dims.max_position_embeddings if dims is not None else 0
+    overrides = plan.arg("hf-overrides")
+    limit = position_limit(
+        effective_config(checkpoint, positions, overrides), plan.image.engine_version
+    )
+    if limit is None or wanted <= limit.tokens:
+        return
+    stretched = {**(overrides if isinstance(overrides, dict) else {})}
+    stretched["max_position_embeddings"] = wanted
+    yield (
+        f"max-model-len {wanted} is above the checkpoint's {limit.tokens} positions "
+        f"({limit.key} in {source}), which vLLM refuses after loading the weights; stretch "
+        f"them (RoPE models) with --set 'hf-overrides={json.dumps(stretched)}' or lower "
+        "max-model-len"
+    )
+
+
 @rule("F02", "error", "attention backend names are uppercase enum names")
 def _attention_backend_name(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     backend = plan.arg("attention-backend")
@@ -257,6 +292,86 @@ def _dspark_dp_ep(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
+# MLA-family attention layers keep one latent KV head (vLLM's use_mla), so its GQA limits on
+# DCP and KV-head splits do not apply; the KDA hybrids' attention layers are MLA (Kimi) or DSA.
+_ONE_KV_HEAD = (
+    "mla",
+    "mla_sparse_dsa",
+    "dsv4_compressed",
+    "dsv41_ced",
+    "kda_mla_hybrid",
+    "kda_dsa_hybrid",
+)
+
+
+# S10 judges upstream releases only, as F30-F33 do: a fork may split heads unevenly (the
+# Kimi-K3 image serves 96 heads on TP 9, vLLM PR #843 of local-inference-lab/vllm).
+@rule("S10", "error", "attention heads split over tensor and decode context parallel as vLLM needs")
+def _heads_split(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    dims = plan.model.dims
+    if plan.engine != "vllm" or dims is None or not dims.num_attention_heads or not _released(plan):
+        return
+    tp, dcp, heads = (
+        _tp(plan),
+        _int(plan, "decode-context-parallel-size", 1),
+        dims.num_attention_heads,
+    )
+    if tp < 1 or dcp < 1:
+        return  # S04 refuses the values themselves
+    if heads % tp:
+        fits = [size for size in divisors(heads) if size <= max(hw.gpus, tp)]
+        yield (
+            f"{heads} attention heads are not divisible by tensor-parallel-size {tp}: vLLM "
+            f"{plan.image.engine_version} refuses it at startup; use a TP that divides "
+            f"{heads} ({spelled(fits)})"
+        )
+    kv_heads = dims.num_key_value_heads or heads
+    grouped = plan.model.attention not in _ONE_KV_HEAD
+    # vLLM's attention layers assert this as they are built (glm4_moe.py, deepseek_v2.py)
+    if grouped and not heads % tp and (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
+        yield (
+            f"the model's {kv_heads} KV heads do not split over tensor-parallel-size {tp} "
+            f"(vLLM needs one to divide the other): the model fails to load; use a TP that "
+            f"divides {heads} and divides or is a multiple of {kv_heads}"
+        )
+    if dcp > 1 and grouped:
+        most = tp // kv_heads
+        if dcp > most:
+            yield (
+                f"decode-context-parallel-size {dcp} needs tensor-parallel-size above the "
+                f"model's {kv_heads} KV heads and DCP at most TP / KV heads ({most} at TP {tp}): "
+                "vLLM refuses it at startup; set decode-context-parallel-size=1"
+            )
+        elif (heads // kv_heads) % dcp:
+            yield (
+                f"the model's {heads // kv_heads} query heads per KV head are not divisible by "
+                f"decode-context-parallel-size {dcp}: vLLM refuses it at startup; set "
+                "decode-context-parallel-size=1"
+            )
+
+
+_QWEN38_FLASH_NEXT = re.compile(r"Qwen3[._]?8[-_]?Flash[-_]?Next", re.IGNORECASE)
+
+
+@rule("F35", "error", "custom all-reduce captures into CUDA graphs at TP 2 on this engine")
+def _custom_all_reduce_capture(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    model = f"{plan.model.repo or ''} {plan.model.architecture}"
+    if (
+        plan.engine == "vllm"
+        and hw.arch == "sm_120"  # the source's GPUs; GB10 (sm_121) was not reported
+        and _tp(plan) == 2
+        and _QWEN38_FLASH_NEXT.search(model)
+        and plan.arg("disable-custom-all-reduce") is not True
+        and plan.arg("enforce-eager") is not True
+        and _released(plan)
+    ):
+        yield (
+            f"vLLM {plan.image.engine_version}'s custom all-reduce fails during CUDA graph "
+            f"capture at TP 2 on {hw.arch} for Qwen3.8-Flash-Next (rtx6kpro "
+            "models/qwen38-flash-next.md); use --set disable-custom-all-reduce=true (NCCL)"
+        )
+
+
 # GB10 is SM121; the RTX PRO 6000D is an SM120 card that only its name tells apart.
 _GARBLED_GLM52_GPU = re.compile(r"RTX PRO 6000D\b", re.IGNORECASE)
 
@@ -321,7 +436,10 @@ def _mtp_glm_tool_calls(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 
 @rule("F07", "error", "no nvfp4 KV cache on SM12x")
 def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
-    if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4"):
+    # A fork's own 4-bit KV format with SM120 kernels (failures.yaml F07 fork_fixes) holds
+    # on that engine ref only; every other build, and every other fp4 dtype, still fails.
+    own = load_catalogue()["F07"].fork_fixes.get(plan.image.engine_version, ())
+    if hw.is_sm12x and _kv_dtype(plan).startswith("nvfp4") and _kv_dtype(plan) not in own:
         yield (
             f"kv-cache-dtype {_kv_dtype(plan)} has no {hw.arch} kernel (the engine dies on the "
             "first request); use --set kv-cache-dtype=fp8"
@@ -331,7 +449,9 @@ def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 @rule("F11", "error", "sparse MLA needs an fp8 KV cache on SM12x")
 def _sparse_mla_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     sparse_mla = plan.model.attention == "mla_sparse_dsa" and plan.engine == "vllm"
-    if hw.is_sm12x and sparse_mla and not _kv_dtype(plan).startswith("fp8"):
+    own = load_catalogue()["F11"].fork_fixes.get(plan.image.engine_version, ())
+    fp8 = _kv_dtype(plan).startswith("fp8")
+    if hw.is_sm12x and sparse_mla and not fp8 and _kv_dtype(plan) not in own:
         yield (
             f"kv-cache-dtype {_kv_dtype(plan)} on the SM120 sparse-MLA path produces "
             "garbage output; use --set kv-cache-dtype=fp8 (stored as fp8_ds_mla)"
@@ -358,7 +478,9 @@ def _fp4_indexer(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
 @rule("F14", "error", "DeepSeek-V4 needs an fp8 KV cache")
 def _dsv4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     dsv4 = plan.model.attention == "dsv4_compressed" and plan.engine == "vllm"
-    if dsv4 and _kv_dtype(plan) not in ("fp8", "fp8_e4m3", "fp8_ds_mla"):
+    # a fork that builds the model with its own KV page (failures.yaml F14 fork_fixes)
+    own = load_catalogue()["F14"].fork_fixes.get(plan.image.engine_version, ())
+    if dsv4 and _kv_dtype(plan) not in ("fp8", "fp8_e4m3", "fp8_ds_mla", *own):
         yield (
             f"DeepSeek-V4 fails at model construction with kv-cache-dtype {_kv_dtype(plan)}; "
             "its fp8_ds_mla layout needs --set kv-cache-dtype=fp8"

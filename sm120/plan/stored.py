@@ -21,6 +21,7 @@ from sm120.recipe.schema import (
     HardwareSpec,
     ImageSpec,
     KvTier,
+    Launcher,
     ModelSource,
     MonitorSpec,
     MultiNode,
@@ -42,6 +43,7 @@ MODEL_FIELDS: dict[str, type[BaseModel]] = {
     "multinode": MultiNode,
     "published": Published,
     "kv_tier": KvTier,
+    "launcher": Launcher,
 }
 PAIR_FIELDS = ("args", "env")
 MAPPING_FIELDS = ("why", "derived", "provenance")

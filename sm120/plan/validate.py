@@ -9,6 +9,7 @@ from sm120.core.errors import RecipeError, SM120Error
 from sm120.plan.hardware import assumed
 from sm120.plan.resolve import PlanRequest, resolve
 from sm120.plan.rules import evaluate, failures
+from sm120.recipe.figure_sources import figure_problems
 from sm120.recipe.loader import load_recipe_file, recipe_names, recipes_dir
 from sm120.recipe.schema import Recipe
 
@@ -18,8 +19,12 @@ _WHY_EXTRA_KEYS = {"model", "image", "hardware"}
 
 def _settings(recipe: Recipe) -> set[str]:
     names = set(recipe.args) | set(recipe.env) | _WHY_EXTRA_KEYS
+    launchers = [recipe.launcher, *(variant.launcher for variant in recipe.variants.values())]
     for variant in recipe.variants.values():
         names |= set(variant.args) | set(variant.env)
+    for launcher in launchers:
+        if launcher is not None:  # a launcher's knobs are its settings
+            names |= set(launcher.knobs) | set(launcher.from_args)
     return names
 
 
@@ -38,6 +43,12 @@ def _check_why(recipe: Recipe, origin: str) -> None:
 
 def validate_recipe(recipe: Recipe, origin: str) -> str:
     _check_why(recipe, origin)
+    unpinned = next(figure_problems(recipe), None)
+    if unpinned is not None:
+        raise RecipeError(
+            f"{origin}: {unpinned}",
+            "a published figure names the commit of the page it was read in, or a thread",
+        )
     combos: list[tuple[str, ...]] = [(), *((name,) for name in recipe.variants)]
     for variants in combos:
         label = ",".join(variants) or "default"

@@ -107,7 +107,7 @@ def coerce_flag_value(spec: FlagSpec, value: Any) -> Any:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise PlanError(
                     f"{spec.name}: '{value}' is not valid JSON", "quote the JSON object"
                 ) from None
@@ -147,7 +147,10 @@ def env_allow_list(engine: str, flavour: str, extra: tuple[str, ...] = ()) -> En
     prefixes = list(raw["common"]["prefixes"])
     if engine == "vllm":
         names |= set(raw["vllm_upstream"]["names"])
-    entry = raw["flavours"].get(flavour, {})
-    names |= set(entry.get("names", []))
-    prefixes += entry.get("prefixes", [])
+    current: str | None = flavour
+    while current is not None:  # a flavour that extends another reads that one's names too
+        entry = raw["flavours"].get(current, {})
+        names |= set(entry.get("names", []))
+        prefixes += entry.get("prefixes", [])
+        current = entry.get("extends")
     return EnvAllowList(frozenset(names), tuple(prefixes), dict(raw["invented"]))

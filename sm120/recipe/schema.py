@@ -93,7 +93,7 @@ class ModelDims(Strict):
         None, gt=0, description="config.json kv_lora_rank: the MLA latent width."
     )
     qk_rope_head_dim: int | None = Field(
-        None, gt=0, description="config.json qk_rope_head_dim: the MLA rotary part."
+        None, ge=0, description="config.json qk_rope_head_dim: the MLA rotary part (GLM-5.3: 0)."
     )
     index_head_dim: int | None = Field(
         None, gt=0, description="config.json index_head_dim: the sparse-attention indexer key."
@@ -176,6 +176,59 @@ class ModelDims(Strict):
     index_n_heads: int | None = Field(
         None, gt=0, description="config.json index_n_heads: the sparse-attention indexer's heads."
     )
+    # Hybrid linear-attention models: recurrent layers keep a fixed state per sequence.
+    linear_attention: Literal["gdn", "kda"] | None = Field(
+        None,
+        description="Recurrent layer kind: gdn (Gated DeltaNet: Qwen3-Next, Qwen3.8-Flash-Next) "
+        "or kda (Kimi Delta Attention: Kimi-Linear, Kimi-K3, GLM-5.3-Flash).",
+    )
+    linear_layers: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_LAYERS,
+        description="How many of num_hidden_layers are recurrent (config.json layer_types or "
+        "linear_attn_config.kda_layers); the rest are attention layers with per-token KV.",
+    )
+    linear_num_key_heads: int | None = Field(
+        None,
+        gt=0,
+        description="config.json linear_num_key_heads (KDA: linear_attn_config.num_heads).",
+    )
+    linear_num_value_heads: int | None = Field(
+        None, gt=0, description="config.json linear_num_value_heads (KDA: num_heads)."
+    )
+    linear_key_head_dim: int | None = Field(
+        None,
+        gt=0,
+        description="config.json linear_key_head_dim (KDA: linear_attn_config.head_dim).",
+    )
+    linear_value_head_dim: int | None = Field(
+        None, gt=0, description="config.json linear_value_head_dim (KDA: head_dim)."
+    )
+    linear_conv_kernel_dim: int | None = Field(
+        None, gt=0, description="config.json linear_conv_kernel_dim (KDA: short_conv_kernel_size)."
+    )
+    mamba_ssm_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
+        None,
+        description="config.json mamba_ssm_dtype: the recurrent state's dtype when "
+        "--mamba-ssm-cache-dtype is auto (else the model dtype).",
+    )
+    index_compress_ratio: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per stored indexer key on the attention layers (config.json "
+        "indexer_compress_ratio, GLM-5.3's index_kpool); unset: one key per token.",
+    )
+    kv_source_layer_ids: tuple[int, ...] | None = Field(
+        None,
+        description="config.json kv_source_layer_ids (DeepSeek-V4.1): the layers that store "
+        "compressed KV; the others read a source layer's.",
+    )
+    index_source_layer_ids: tuple[int, ...] | None = Field(
+        None,
+        description="config.json index_source_layer_ids (DeepSeek-V4.1): the layers that store "
+        "indexer keys.",
+    )
     quantized: Literal["experts", "all_linear"] = Field(
         "experts",
         description="Which weights the checkpoint stores at its quantization's width: 'experts' "
@@ -209,13 +262,14 @@ class ModelSource(Strict):
         "dsv4_compressed",
         "dsv41_ced",
         "kda_dsa_hybrid",
+        "kda_mla_hybrid",
         "gdn_hybrid",
     ] = Field(
         description="Attention family; rules and the planner depend on it (e.g. F11, F14). "
-        "dsv41_ced (DeepSeek-V4.1's encoder-decoder with cross-layer KV) and kda_dsa_hybrid "
-        "(GLM-5.3's linear-attention KDA layers mixed with sparse DSA layers) and gdn_hybrid "
-        "(Qwen3.8-Flash-Next's gated-delta-network layers mixed with attention) have no KV "
-        "model in the planner yet."
+        "dsv41_ced: DeepSeek-V4.1 (compressed KV on its kv_source_layer_ids, read by the other "
+        "layers); kda_dsa_hybrid: GLM-5.3's KDA layers mixed with sparse DSA layers; "
+        "kda_mla_hybrid: Kimi-Linear / Kimi-K3 (KDA layers mixed with MLA); gdn_hybrid: "
+        "Gated DeltaNet layers mixed with full attention (Qwen3-Next, Qwen3.8-Flash-Next)."
     )
     quantization: str = Field(description="Checkpoint weight format, e.g. nvfp4, mxfp4, fp8, bf16.")
     size_gb: float | None = Field(None, ge=0, description="Size on disk in GB, for disk checks.")
@@ -231,6 +285,35 @@ class ModelSource(Strict):
     generated: Literal["tiny"] | None = Field(
         None, description="Made locally by sm120 instead of downloaded (the CPU test model)."
     )
+
+
+# The OCI distribution spec's reference grammar: an optional registry host[:port], then
+# lowercase path components joined by '/', each [a-z0-9] runs separated by '.', '_', '__'
+# or dashes. No '..' component, no shell metacharacter, no leading '/'.
+IMAGE_NAME = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_BUILD_ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def build_arg_problem(key: str, value: str) -> str | None:
+    """Why KEY=VALUE cannot be a Dockerfile build argument, or None: the name is an ARG
+    name, the value one line (a newline would end the ARG and start another instruction's
+    worth of text in what the build prints and records)."""
+    if not _BUILD_ARG_NAME.fullmatch(key):
+        return f"{_shown(key)} is not a build argument name (letters, digits, '_')"
+    if _CONTROL.search(value):
+        return f"{key}'s value holds a control character (a newline, tab or NUL)"
+    if len(value) > PATH_MAX:
+        return f"{key}'s value is {len(value):,} characters long; at most {PATH_MAX}"
+    return None
 
 
 class ImageSpec(Strict):
@@ -269,6 +352,46 @@ class ImageSpec(Strict):
         (), description="Extra environment variables this image understands (F17 allow-list)."
     )
     shm_size: str = Field("16gb", description="Container shared memory (NCCL needs plenty).")
+    cap_add: tuple[Literal["SYS_PTRACE"], ...] = Field(
+        (),
+        description="Linux capabilities the container adds to Docker's defaults; only "
+        "SYS_PTRACE, for engines whose worker takes another process's CUDA IPC handles "
+        "(pidfd_getfd: Operation not permitted without it).",
+    )
+
+    def identity(self) -> dict[str, Any]:
+        """The spec as plan and image hashes see it: a capability list left empty is left
+        out, so every image spec written before the field existed keeps its hashes."""
+        return self.model_dump(exclude=set() if self.cap_add else {"cap_add"})
+
+    @field_validator("name")
+    @classmethod
+    def _image_name(cls, value: str) -> str:
+        if not IMAGE_NAME.fullmatch(value):
+            raise ValueError(
+                f"image name {_shown(value)} is not an image reference: lowercase "
+                "[registry/]path/name, e.g. vllm/vllm-openai"
+            )
+        return value
+
+    @field_validator("tag")
+    @classmethod
+    def _image_tag(cls, value: str) -> str:
+        if not IMAGE_TAG.fullmatch(value):
+            raise ValueError(
+                f"image tag {_shown(value)} is not a tag: up to 128 letters, digits, '_', "
+                "'.' or '-', not starting with '.' or '-'"
+            )
+        return value
+
+    @field_validator("build_args")
+    @classmethod
+    def _build_args(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, arg in value.items():
+            problem = build_arg_problem(key, arg)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @field_validator("digest")
     @classmethod
@@ -439,6 +562,28 @@ class Speculative(Strict):
         return cls.model_validate({**known, "options": rest})
 
 
+# Below this a tier holds too few KV blocks to matter (and 1e-300 renders as a size of 0).
+KV_TIER_MIN_GIB = 0.125
+# Linux's PATH_MAX and NAME_MAX.
+PATH_MAX = 4096
+NAME_MAX = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_host_path(path: str, what: str) -> None:
+    """A host folder a container mounts: `docker -v` and compose's short syntax split on
+    ':', so '/data:/etc' would mount /etc; a path no file system takes is refused here, in
+    one line, rather than by the kernel later."""
+    if len(path) > PATH_MAX:
+        raise ValueError(f"{what} is {len(path):,} characters long; a path has at most {PATH_MAX}")
+    if _CONTROL.search(path):
+        raise ValueError(f"{what} holds a control character (a newline, tab or NUL)")
+    if ":" in path:
+        raise ValueError(f"{what} {path!r} holds ':', which a container mount reads as a separator")
+    if any(len(part.encode()) > NAME_MAX for part in path.split("/")):
+        raise ValueError(f"{what} has a folder name longer than {NAME_MAX} bytes")
+
+
 class KvTier(Strict):
     """A KV tier beyond the GPU: the engine's own offloading keeps evicted prefix blocks in
     host RAM (and, with LMCache, on a local disk) and loads them back on a revisit instead of
@@ -451,7 +596,7 @@ class KvTier(Strict):
         "disk) tiers configured by LMCACHE_* variables; the image must ship the lmcache package.",
     )
     cpu_gib: float = Field(
-        gt=0,
+        ge=KV_TIER_MIN_GIB,
         le=4096,
         description="Host RAM for offloaded KV blocks, GiB for the whole server; the engine "
         "pins it (page-locked), so it is taken from the host whether used or not.",
@@ -462,8 +607,25 @@ class KvTier(Strict):
         "absolute path; mounted into the container at the same path).",
     )
     disk_gib: float | None = Field(
-        None, gt=0, description="LMCache only: the disk tier's size in GiB for the whole server."
+        None,
+        ge=KV_TIER_MIN_GIB,
+        description="LMCache only: the disk tier's size in GiB for the whole server.",
     )
+
+    @field_validator("cpu_gib", "disk_gib", mode="before")
+    @classmethod
+    def _a_size_not_a_flag(cls, value: Any) -> Any:
+        # YAML and --set read `true` as a bool, which pydantic would take as 1 GiB.
+        if isinstance(value, bool):
+            raise ValueError(f"a size in GiB, not {str(value).lower()}")
+        return value
+
+    @field_validator("disk_path")
+    @classmethod
+    def _a_path_a_mount_can_hold(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_host_path(value, "disk_path")
+        return value
 
     @model_validator(mode="after")
     def _disk_complete(self) -> KvTier:
@@ -604,6 +766,104 @@ class MultiNode(Strict):
     )
 
 
+class LauncherServing(Strict):
+    """The environment variables an image's launcher reads for what sm120 decides itself."""
+
+    model: str | None = Field(None, description="Variable naming the checkpoint (repo or path).")
+    revision: str | None = Field(None, description="Variable naming the checkpoint revision.")
+    served_name: str | None = Field(None, description="Variable naming the served model.")
+    host: str | None = Field(None, description="Variable naming the address to bind.")
+    port: str | None = Field(None, description="Variable naming the port.")
+
+
+class Launcher(Strict):
+    """A route whose command is the image's own entrypoint, driven by environment knobs: sm120
+    runs that command as is and renders the knobs; the engine flags it ends up with are the
+    launcher's. The recipe's args then state what the source says those flags are (the
+    planner and the rules read them); only the ones in from_args reach the launcher."""
+
+    command: tuple[str, ...] = Field(
+        min_length=1, description="The image's entrypoint and its arguments, run as is."
+    )
+    knobs: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment knobs the launcher reads, as the source sets them.",
+    )
+    from_args: dict[str, str] = Field(
+        default_factory=dict,
+        description="Knob -> engine flag: the knob is rendered from the plan's value of that "
+        "flag, so --set on the flag reaches the launcher.",
+    )
+    serving: LauncherServing = Field(
+        default_factory=LauncherServing,
+        description="Knobs for the model, revision, name, address and port sm120 decides.",
+    )
+    source: str = Field(min_length=1, description="Where the launcher and its knobs are published.")
+    expansion: str = Field(
+        min_length=1,
+        description="What the knobs expand to (the engine command), or why that is not public.",
+    )
+
+
+TuneValue = Annotated[
+    str | int | float | bool | dict[str, Any] | None,
+    Field(description="One value a knob may take, as `--set KEY=VALUE` would give it."),
+]
+
+
+class TuneRange(Strict):
+    """A knob's values from `min` to `max`: each `factor` times the last, or `step` apart."""
+
+    min: float = Field(description="The first value tried.")
+    max: float = Field(description="The last value tried (included when the steps reach it).")
+    factor: float | None = Field(
+        None, gt=1, description="Each value this many times the one before (e.g. 2)."
+    )
+    step: float | None = Field(None, gt=0, description="Each value this much above the one before.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> TuneRange:
+        if (self.factor is None) == (self.step is None):
+            raise ValueError("a range takes factor or step, one of them")
+        if self.min > self.max:
+            raise ValueError(f"a range runs up: min {self.min:g} is above max {self.max:g}")
+        return self
+
+
+class Tune(Strict):
+    """What `sm120 tune` may change: each knob is a `--set` key (an engine flag without dashes,
+    or a recipe key such as env.NCCL_P2P_DISABLE) with the values to try; speculative depth
+    is `speculative-config`, each value a whole config."""
+
+    knobs: dict[str, tuple[TuneValue, ...] | TuneRange] = Field(
+        default_factory=dict,
+        description="Knob -> the values to try (a list, or a range); the plan's own value is "
+        "the default and always measured.",
+    )
+    variants: tuple[str, ...] = Field(
+        (), description="Recipe variants tried as candidates of their own, on top of the default."
+    )
+    objective: Literal["decode", "aggregate", "ttft", "turn"] = Field(
+        "aggregate", description="What `sm120 tune` optimises when --objective is not given."
+    )
+    workload: str = Field(
+        "chat", description="The workload when --workload is not given (chat, agent, long)."
+    )
+    concurrency: int = Field(
+        16, ge=1, le=4096, description="N of the aggregate objective (streams at once)."
+    )
+    pairs: int = Field(
+        3, ge=1, le=100, description="Alternating default/leader measurements at the end."
+    )
+    side_by_side: bool = Field(
+        False,
+        description="The default, the leader and one candidate fit on the GPUs together (a "
+        "fixed KV pool, weights well under a third of the memory): the search keeps the "
+        "default and the leader running and the pairs alternate requests between them instead "
+        "of relaunching each.",
+    )
+
+
 class Variant(Strict):
     description: str = Field(description="What the variant changes and when to pick it.")
     engine: Literal["vllm", "sglang"] | None = Field(None, description="Switches the engine.")
@@ -635,11 +895,23 @@ class Variant(Strict):
     kv_tier: KvTier | None = Field(
         None, description="A KV tier beyond the GPU for this variant (replaces the recipe's)."
     )
+    launcher: Launcher | None = Field(
+        None, description="Run the image's own entrypoint with these knobs (replaces the recipe's)."
+    )
+    tune: Tune | None = Field(
+        None, description="What `sm120 tune` searches for this variant (replaces the recipe's)."
+    )
     seed: bool = Field(
         False,
         description="This variant is the recipe's seed configuration, the default before a "
         "faster stack replaced it: its plan hash and container labels are those the default "
         "had, so goldens, compose files and servers made before the default moved still match.",
+    )
+    former_default: bool = Field(
+        False,
+        description="This variant is a default the recipe had before a faster stack replaced "
+        "it (other than the seed configuration): like `seed`, its name is left out of the plan "
+        "hash and container labels, so what was made from that default still matches.",
     )
 
 
@@ -690,11 +962,19 @@ class Recipe(Strict):
         description="Speculative decoding (vLLM): rendered into --speculative-config after the "
         "args; a recipe sets it here or as args.speculative-config, not both.",
     )
+    tune: Tune | None = Field(
+        None, description="What `sm120 tune` may change, and how it measures (sm120 tune NAME)."
+    )
     kv_tier: KvTier | None = Field(
         None,
         description="A KV tier beyond the GPU (host RAM, optionally disk) from the engine's own "
         "offloading; off when absent. `--set kv_tier.cpu_gib=32` or .env KV_TIER_CPU_GIB=32 "
         "turn it on.",
+    )
+    launcher: Launcher | None = Field(
+        None,
+        description="The default runs the image's own entrypoint with these knobs instead of "
+        "an engine command sm120 builds (usually set by a variant).",
     )
 
     @model_validator(mode="after")

@@ -53,6 +53,10 @@ def render_argv(
     """The full engine command. `python` replaces the image's interpreter (native runtime);
     `bind_host` replaces the plan's host (inside a container the engine listens on all
     interfaces and the published port carries the plan's address)."""
+    if plan.launcher is not None:
+        # the image's own entrypoint: its knobs carry the model, address and flags
+        # (render/launcher.py), so there is no interpreter to swap and nothing to append
+        return list(plan.launcher.command)
     interpreter = python or plan.image.python
     location = model_location(plan, container_model_dir)
     hub = container_model_dir is None and not plan.model_dir and plan.model.repo

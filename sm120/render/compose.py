@@ -54,7 +54,9 @@ def render_compose_service(
         "pull_policy": "never" if plan.image.build == "dockerfile" else "missing",
         "entrypoint": [argv[0]],
         "command": argv[1:],
-        "environment": render_env(plan),
+        "environment": render_env(
+            plan, container_model_dir=CONTAINER_MODEL_DIR, bind_host=bind_host
+        ),
         "ipc": "host",
         # For NCCL's pinned memory; a CPU engine has none (dropped below).
         "ulimits": {"memlock": -1, "stack": 67108864},
@@ -64,7 +66,8 @@ def render_compose_service(
         "healthcheck": {
             "test": [
                 "CMD",
-                argv[0],
+                # a launcher route's argv[0] is a script: probe with the image's Python
+                plan.image.python if plan.launcher else argv[0],
                 "-c",
                 "import urllib.request,sys;"
                 f"sys.exit(urllib.request.urlopen('http://127.0.0.1:{plan.port}/health')"
@@ -78,13 +81,17 @@ def render_compose_service(
         "stop_grace_period": STOP_GRACE_PERIOD,
         "logging": LOGGING,
     }
-    volumes = [f"{plan.model_dir}:{CONTAINER_MODEL_DIR}:ro"] if plan.model_dir else []
+    volumes: list[str | dict[str, Any]] = (
+        [_bind(plan.model_dir, CONTAINER_MODEL_DIR, read_only=True)] if plan.model_dir else []
+    )
     volumes += [f"{name}:{path}" for path, name in cache_volumes(caches or {}, cache_owner).items()]
     disk = kv_tier_disk(plan.kv_tier)
     if disk is not None:
-        volumes.append(f"{disk}:{disk}")
+        volumes.append(_bind(disk, disk))
     if volumes:
         service["volumes"] = volumes
+    if plan.image.cap_add:
+        service["cap_add"] = list(plan.image.cap_add)
     if plan.hardware.gpus == 0:
         # Docker engines that may not raise rlimits (rootless, user namespaces) refuse a
         # container that asks ("error setting rlimit type 8"), as compose.cpu.yaml knows.
@@ -117,3 +124,15 @@ def render_compose_file(plan: LaunchPlan, caches: dict[str, str] | None = None) 
         f"# Build the image first: sm120 build {plan.recipe}. Then: docker compose -f FILE up\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=100)
+
+
+def _bind(source: str, target: str, read_only: bool = False) -> str | dict[str, Any]:
+    """A host folder mounted into the service. The short form `SOURCE:TARGET[:ro]` is split
+    on ':', so a path holding one would mount something else ('/x:/etc' mounts /etc): such a
+    path gets compose's long form, where each part is its own field."""
+    if ":" not in source and ":" not in target:
+        return f"{source}:{target}:ro" if read_only else f"{source}:{target}"
+    long: dict[str, Any] = {"type": "bind", "source": source, "target": target}
+    if read_only:
+        long["read_only"] = True
+    return long

@@ -63,9 +63,14 @@ def container_labels(plan: LaunchPlan, deployment: str) -> dict[str, str]:
     }
 
 
-def container_argv(plan: LaunchPlan, network: str) -> list[str]:
+def _inside(plan: LaunchPlan, network: str) -> tuple[str | None, str]:
+    """The model folder and the address as the container sees them."""
     bind = plan.host if network == "host" else "0.0.0.0"  # inside the container only
-    model_dir = CONTAINER_MODEL_DIR if plan.model_dir else None
+    return (CONTAINER_MODEL_DIR if plan.model_dir else None), bind
+
+
+def container_argv(plan: LaunchPlan, network: str) -> list[str]:
+    model_dir, bind = _inside(plan, network)
     return render_argv(plan, container_model_dir=model_dir, bind_host=bind)
 
 
@@ -123,7 +128,12 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "name": container_name(where.deployment),
         "entrypoint": argv[:1],
         "command": argv[1:],
-        "environment": render_env(plan, api_key=where.api_key),
+        "environment": render_env(
+            plan,
+            api_key=where.api_key,
+            container_model_dir=_inside(plan, where.network)[0],
+            bind_host=_inside(plan, where.network)[1],
+        ),
         "labels": container_labels(plan, where.deployment),
         "volumes": _volumes(plan, where),
         "restart_policy": docker_restart_policy(plan.monitor.restart),
@@ -132,6 +142,8 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "detach": True,
         "network_mode": where.network,
     }
+    if plan.image.cap_add:
+        run["cap_add"] = list(plan.image.cap_add)
     if where.network != "host":
         run["ports"] = {f"{plan.port}/tcp": [plan.host, plan.port]}
     if plan.hardware.gpus > 0:

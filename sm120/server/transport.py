@@ -11,6 +11,7 @@ and any server text quoted in an error has it masked.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -212,10 +213,13 @@ def _at_most(configured: float | None, bound: float) -> float:
     return bound if configured is None else min(configured, bound)
 
 
-def event_lines(response: httpx.Response, path: str) -> Iterator[str]:
+def event_lines(
+    response: httpx.Response, path: str, deadline: Deadline | None = None
+) -> Iterator[str]:
     """The lines of an event stream, each bounded by MAX_EVENT_BYTES and all of them together
-    by MAX_STREAM_BYTES. Each chunk is searched once, so a line sent a byte at a time costs
-    linear time, not quadratic."""
+    by MAX_STREAM_BYTES, and by `deadline` in time (a stream that trickles forever sends
+    bytes before every stall bound). Each chunk is searched once, so a line sent a byte at a
+    time costs linear time, not quadratic."""
     pieces: list[bytes] = []  # the line being read, not yet ended
     pending = 0
     total = 0
@@ -225,6 +229,8 @@ def event_lines(response: httpx.Response, path: str) -> Iterator[str]:
             raise BadServerResponse(
                 f"{path} streamed more than {size_words(MAX_STREAM_BYTES)}", _NOT_A_SERVER_HINT
             )
+        if deadline is not None:
+            deadline.check(path)
         *complete, rest = chunk.split(b"\n")
         for part in complete:
             pieces.append(part)
@@ -241,19 +247,44 @@ def event_lines(response: httpx.Response, path: str) -> Iterator[str]:
         yield _decoded_line(b"".join(pieces))
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The moment a whole exchange must be over by (time.monotonic), and its length."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def check(self, path: str) -> None:
+        if time.monotonic() > self.at:
+            raise BadServerResponse(
+                f"{path} was still streaming after {self.seconds:g} s",
+                "a server that never ends its answer is wedged or not a model server; "
+                "check 'sm120 logs'",
+            )
+
+
 def _decoded_line(raw: bytes) -> str:
     return raw.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
 def event_payloads(
-    response: httpx.Response, path: str, mask: Callable[[str], str], *, until_done: bool
+    response: httpx.Response,
+    path: str,
+    mask: Callable[[str], str],
+    *,
+    until_done: bool,
+    deadline: Deadline | None = None,
 ) -> Iterator[str]:
     """The `data:` payloads of a server-sent event stream, up to `[DONE]`.
 
     Anything else than event-stream lines is refused, so a page of text answered with 200 is
     an error rather than an empty answer; with `until_done`, so is a stream that ends
     without `[DONE]` (the OpenAI API always sends it; the Anthropic one never does)."""
-    for line in event_lines(response, path):
+    for line in event_lines(response, path, deadline):
         if not line.strip():
             continue
         if not line.startswith(_SSE_FIELDS):
@@ -293,6 +324,13 @@ def translate_transport_errors(
     except httpx.TimeoutException as exc:
         raise ServerTimeout(
             f"{path} on {base_url} did not answer {wording.timeout_words}", wording.timeout_hint
+        ) from exc
+    except httpx.DecodingError as exc:
+        # Content-Encoding: gzip over bytes that are not gzip (httpx decodes as it reads).
+        raise BadServerResponse(
+            f"{path} on {base_url} answered with a body its Content-Encoding does not "
+            "describe (it does not decode)",
+            _NOT_A_SERVER_HINT,
         ) from exc
     except httpx.TransportError as exc:
         raise ServerUnreachable(

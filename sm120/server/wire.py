@@ -17,12 +17,16 @@ from typing import Any
 
 import httpx
 
+from sm120.core.bounded import MIB, size_words
 from sm120.server.timing import decode_rate
 from sm120.server.transport import (
     CHAT_PATH,
     BadServerResponse,
     Connection,
+    Deadline,
+    ServerTimeout,
     TransportWording,
+    allow_stalls,
     bounded_body,
     bounded_request,
     error_text,
@@ -30,12 +34,17 @@ from sm120.server.transport import (
     generation_options,
     json_object,
     stream_error,
+    stream_timeout,
 )
 
 MESSAGES_PATH = "/v1/messages"
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
 METRICS_PATH = "/metrics"
+
+# One tool call's input, as streamed: far above what an agent writes in one call (a whole
+# file), far below what would be sent back with every later turn of the conversation.
+MAX_TOOL_INPUT_BYTES = 8 * MIB
 
 # Anthropic stop reasons in OpenAI's words, so every check reads one vocabulary.
 _STOP_REASONS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -117,9 +126,19 @@ class Exchange:
 class Wire(Connection):
     """Synchronous requests for gates and probes; one connection pool per deployment."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeout: float = 3600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        timeout: float = 3600.0,
+        exchange_s: float | None = None,
+    ) -> None:
+        """`timeout` bounds each read; a stream's headers come within STREAM_HEADERS_S and
+        its silences last up to STREAM_STALL_S (sm120.server.transport), as in `chat`.
+        `exchange_s`: how long one streamed exchange may last in all (None: no bound)."""
         # Long prefills and long answers stream slowly: only connecting is bounded tightly.
         super().__init__(base_url, api_key, httpx.Timeout(timeout, connect=10.0), _WORDING)
+        self._exchange_s = exchange_s
 
     def _key_headers(self) -> dict[str, str]:
         if not self._api_key:
@@ -244,33 +263,59 @@ class Wire(Connection):
         if tools:
             body["tools"] = list(tools)
         exchange = Exchange(api=api, started=time.perf_counter())
-        self._stream(path, body, exchange, fold(exchange).feed)
+        folded = fold(exchange)
+        try:
+            self._stream(path, body, exchange, folded.feed)
+        finally:
+            folded.finish()  # what came before a failure is kept
         return exchange
 
     def _stream(self, path: str, body: dict[str, Any], exchange: Exchange, feed: Any) -> None:
+        deadline = Deadline.after(self._exchange_s) if self._exchange_s is not None else None
+        try:
+            self._stream_bounded(path, body, exchange, feed, deadline)
+        except (BadServerResponse, ServerTimeout) as exc:
+            # A malformed, endless or stalled stream fails this exchange, not the whole run;
+            # a server that is gone or refuses the key ends the run (raised on).
+            exchange.error = exc.message
+        exchange.ended = time.perf_counter()
+
+    def _stream_bounded(
+        self,
+        path: str,
+        body: dict[str, Any],
+        exchange: Exchange,
+        feed: Any,
+        deadline: Deadline | None,
+    ) -> None:
+        configured = self._http.timeout
         with (
             self._translated(path),
-            self._http.stream("POST", path, json=body) as response,
+            self._http.stream(
+                "POST", path, json=body, timeout=stream_timeout(configured)
+            ) as response,
         ):
+            allow_stalls(response, configured)
             if response.status_code == 401:
                 self._raise_for_status(response, path)
             if response.status_code >= 400:
                 answer = bounded_body(response, path)
                 exchange.error = f"HTTP {answer.status_code}: {self._mask(error_text(answer))}"
-                exchange.ended = time.perf_counter()
                 return
-            try:
-                self._read_events(response, path, exchange, feed)
-            except BadServerResponse as exc:
-                # A malformed stream fails this exchange, not the whole run.
-                exchange.error = exc.message
-        exchange.ended = time.perf_counter()
+            self._read_events(response, path, exchange, feed, deadline)
 
     def _read_events(
-        self, response: httpx.Response, path: str, exchange: Exchange, feed: Any
+        self,
+        response: httpx.Response,
+        path: str,
+        exchange: Exchange,
+        feed: Any,
+        deadline: Deadline | None,
     ) -> None:
         # Chat streams end with [DONE]; Anthropic message streams with a message_stop event.
-        payloads = event_payloads(response, path, self._mask, until_done=path == CHAT_PATH)
+        payloads = event_payloads(
+            response, path, self._mask, until_done=path == CHAT_PATH, deadline=deadline
+        )
         for payload in payloads:
             try:
                 chunk = json.loads(payload)
@@ -292,23 +337,63 @@ class Wire(Connection):
                 return
 
 
+class _Parts:
+    """Text that arrives in pieces, kept as a list and joined once: `+=` on a field copies
+    the whole text at every piece (quadratic: 30 MiB of tool input took minutes)."""
+
+    def __init__(self, limit: int | None = None, what: str = "") -> None:
+        self._parts: list[str] = []
+        self._size = 0
+        self._limit = limit
+        self._what = what
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self._size += len(text)
+        if self._limit is not None and self._size > self._limit:
+            raise BadServerResponse(
+                f"the stream sent more than {size_words(self._limit)} of {self._what}",
+                "no model writes that much into one call; check what listens on that port",
+            )
+        self._parts.append(text)
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
 class _Fold:
-    """Folds the events of one stream into an Exchange, tool calls by their stream index."""
+    """Folds the events of one stream into an Exchange, tool calls by their stream index.
+    Text is gathered in parts and written into the exchange by finish()."""
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self._calls: dict[int, ToolCall] = {}
+        self._content = _Parts()
+        self._reasoning = _Parts()
+        self._arguments: dict[int, _Parts] = {}
 
     def _call_at(self, index: int) -> ToolCall:
         """The tool call streamed at `index`, added to the exchange on first sight."""
         if index not in self._calls:
             self._calls[index] = ToolCall()
+            self._arguments[index] = _Parts(MAX_TOOL_INPUT_BYTES, "input for one tool call")
             self.exchange.tool_calls.append(self._calls[index])
         return self._calls[index]
+
+    def _add_arguments(self, index: int, text: str) -> None:
+        self._call_at(index)
+        self._arguments[index].add(text)
 
     def feed(self, event: Mapping[str, Any], now: float) -> None:
         """Take one decoded event of the stream, which arrived at `now`."""
         raise NotImplementedError
+
+    def finish(self) -> None:
+        self.exchange.content += self._content.text()
+        self.exchange.reasoning += self._reasoning.text()
+        for index, call in self._calls.items():
+            call.arguments += self._arguments[index].text()
 
 
 class _ChatChunks(_Fold):
@@ -330,19 +415,21 @@ class _ChatChunks(_Fold):
             calls = delta.get("tool_calls") or []
             if reasoning or content or calls:
                 ex.saw_output(now)  # the opening role-only delta is not a token
-            ex.reasoning += str(reasoning)
-            ex.content += str(content)
+            self._reasoning.add(str(reasoning))
+            self._content.add(str(content))
             for call in calls:
                 self._take_call(call)
             if choice.get("finish_reason"):
                 ex.finish_reason = str(choice["finish_reason"])
 
     def _take_call(self, call: Mapping[str, Any]) -> None:
-        target = self._call_at(int(call.get("index", len(self._calls))))
+        index = int(call.get("index", len(self._calls)))
+        target = self._call_at(index)
         function = call.get("function") or {}
-        target.id += str(call.get("id") or "")
-        target.name += str(function.get("name") or "")
-        target.arguments += str(function.get("arguments") or "")
+        # Ids and names come once, in the call's first delta: short, kept as they come.
+        target.id = (target.id + str(call.get("id") or ""))[:256]
+        target.name = (target.name + str(function.get("name") or ""))[:256]
+        self._add_arguments(index, str(function.get("arguments") or ""))
 
 
 class _MessageEvents(_Fold):
@@ -352,7 +439,7 @@ class _MessageEvents(_Fold):
         ex = self.exchange
         kind = event.get("type")
         index = event.get("index")
-        ex.events.append((str(kind), index if isinstance(index, int) else None))
+        ex.events.append((str(kind)[:64], index if isinstance(index, int) else None))
         if kind == "message_start":
             usage = (event.get("message") or {}).get("usage") or {}
             ex.prompt_tokens = _int_or(usage.get("input_tokens"), ex.prompt_tokens)
@@ -360,8 +447,8 @@ class _MessageEvents(_Fold):
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
                 call = self._call_at(int(event.get("index", 0)))
-                call.name += str(block.get("name") or "")
-                call.id += str(block.get("id") or "")
+                call.name = (call.name + str(block.get("name") or ""))[:256]
+                call.id = (call.id + str(block.get("id") or ""))[:256]
                 ex.saw_output(now)
         elif kind == "content_block_delta":
             self._take_delta(int(event.get("index", 0)), event.get("delta") or {}, now)
@@ -377,16 +464,14 @@ class _MessageEvents(_Fold):
         ex = self.exchange
         kind = delta.get("type")
         if kind == "text_delta" and delta.get("text"):
-            ex.content += str(delta["text"])
+            self._content.add(str(delta["text"]))
             ex.saw_output(now)
         elif kind == "thinking_delta" and delta.get("thinking"):
-            ex.reasoning += str(delta["thinking"])
+            self._reasoning.add(str(delta["thinking"]))
             ex.saw_output(now)
-        elif kind == "input_json_delta":
-            call = self._calls.get(index)
-            if call is not None:
-                call.arguments += str(delta.get("partial_json") or "")
-                ex.saw_output(now)
+        elif kind == "input_json_delta" and index in self._calls:
+            self._add_arguments(index, str(delta.get("partial_json") or ""))
+            ex.saw_output(now)
 
 
 def _served_model(entry: Mapping[str, Any]) -> ServedModel:

@@ -88,7 +88,7 @@ def read_manifest(folder: Path) -> Manifest | None:
         return None
     try:
         return Manifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         # A damaged record only costs a re-check of the files; never block on it.
         return None
 

@@ -73,15 +73,31 @@ def test_validate_why_note_for_nothing(cli: CliRunner, tmp_path: Path) -> None:
     assert "why-note for 'dtyp'" in one_line_error(err)
 
 
+def test_validate_a_figure_read_at_a_branch_tip(cli: CliRunner, tmp_path: Path) -> None:
+    source = (REPO / "recipes" / "glm47.yaml").read_text()
+    pinned = "https://github.com/AlexGS74/glm47-nvfp4-sm120/blob/2a4692d/README.md"
+    moving = "https://github.com/AlexGS74/glm47-nvfp4-sm120/blob/main/README.md"
+    path = write(tmp_path / "glm47.yaml", source.replace(f"source: {pinned}", f"source: {moving}"))
+    code, _, err = invoke(cli, "validate", str(path))
+    assert code == 2
+    assert one_line_error(err) == (
+        f"Error: {path}: glm47 default: the decode figure's source {moving} names a branch or "
+        "tag, not a commit (link the commit it was read at) (hint: a published figure names "
+        "the commit of the page it was read in, or a thread)"
+    )
+
+
 def test_validate_all_bundled(cli: CliRunner) -> None:
     code, out, _ = invoke(cli, "validate")
     assert code == 0
     assert [line.split()[1] for line in out.splitlines()] == [
         "dsv4",
         "dsv41",
+        "dsv4vision",
         "glm47",
         "glm52",
         "glm53flash",
+        "kimik3",
         "qwen38flash",
         "tiny",
     ]

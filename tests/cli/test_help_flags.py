@@ -38,4 +38,4 @@ def test_no_help_shows_a_type_beside_a_flag() -> None:
 
 def test_options_that_take_values_keep_their_type() -> None:
     result = CliRunner().invoke(app, ["logs", "--help"], env={"COLUMNS": "120"})
-    assert "--lines   -n      <int>" in result.stdout
+    assert "--lines    -n      <int>" in result.stdout

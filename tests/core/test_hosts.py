@@ -148,13 +148,26 @@ def test_a_busy_port_is_still_a_busy_port(family: socket.AddressFamily, host: st
 # --- every deployment has a key --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["", " ", "two words", "tab\there", "bell\x07"])
+@pytest.mark.parametrize("key", ["", " ", "two words", "tab\there", "bell\x07", "clé"])
 def test_a_blank_or_spaced_api_key_is_refused(key: str) -> None:
     with pytest.raises(SM120Error) as caught:
         ensure_api_key("demo", key)
     assert caught.value.one_line() == (
-        "--api-key must be printable text without spaces (hint: leave it out and a key is "
+        "--api-key must be printable ASCII text without spaces (hint: leave it out and a key is "
         "generated (stored 0600 beside the deployment))"
+    )
+
+
+def test_a_key_file_of_bytes_that_are_no_key_is_one_line() -> None:
+    from sm120.engine.secrets import KeyFileError
+
+    path = ensure_api_key("demo", None)
+    path.write_bytes(b"\xff\xfe key")
+    with pytest.raises(KeyFileError) as caught:
+        read_api_key(str(path))
+    assert caught.value.one_line() == (
+        f"key file {path} holds bytes that are not a key (printable ASCII) (hint: delete it; "
+        "launch writes a new key (or write the key you use into it))"
     )
 
 

@@ -171,6 +171,122 @@ def test_an_action_must_come_as_json() -> None:
     assert status == 415
 
 
+def _login(client: Any) -> str:
+    """Log in through the form; the session cookie's value."""
+
+    async def go() -> str:
+        async with client.post(
+            "/dashboard/login", data={"key": GATEWAY_KEY}, allow_redirects=False
+        ) as right:
+            assert right.status == 303
+            return str(right.cookies[COOKIE].value)
+
+    return go()  # type: ignore[return-value]
+
+
+def test_each_login_gets_its_own_session_and_logout_ends_it() -> None:
+    table = _table()
+
+    async def scenario() -> tuple[bool, list[int]]:
+        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
+            client.headers.pop("Authorization")
+            first, second = await _login(client), await _login(client)
+
+            async def snapshot_with(cookie: str) -> int:
+                headers = {"Cookie": f"{COOKIE}={cookie}"}
+                async with client.get("/dashboard/api/snapshot", headers=headers) as answer:
+                    return answer.status
+
+            before = [await snapshot_with(first), await snapshot_with(second)]
+            headers = {"Cookie": f"{COOKIE}={first}"}
+            async with client.post(
+                "/dashboard/logout", headers=headers, allow_redirects=False
+            ) as out:
+                assert out.status == 303
+            after = [await snapshot_with(first), await snapshot_with(second)]
+            forged = await snapshot_with("A" * 43)
+            return first != second, before + after + [forged]
+
+    distinct, statuses = asyncio.run(scenario())
+    assert distinct
+    # The logged-out cookie is refused; the other login's session carries on.
+    assert statuses == [200, 200, 401, 200, 401]
+
+
+def test_a_session_expires_and_a_new_key_ends_every_session() -> None:
+    from aiohttp.test_utils import make_mocked_request
+    from aiohttp.web import Response
+
+    from sm120.dashboard.access import Access
+
+    clock = [0.0]
+    access = Access("k1", ttl_s=60.0, clock=lambda: clock[0])
+
+    def opened() -> str:
+        response = Response()
+        access.open_session(response, "/dashboard")
+        morsel = response.cookies[COOKIE]
+        assert morsel["max-age"] == "60"
+        return str(morsel.value)
+
+    def allowed(cookie: str) -> bool:
+        request = make_mocked_request("GET", "/dashboard", headers={"Cookie": f"{COOKIE}={cookie}"})
+        return access.allows(request)
+
+    early = opened()
+    clock[0] = 59.0
+    assert allowed(early)
+    clock[0] = 60.0
+    assert not allowed(early)
+    late = opened()
+    assert allowed(late)
+    access.rekey("k2")
+    assert not allowed(late) and access.sessions_open() == 0
+
+
+def test_logins_without_logouts_do_not_grow_the_session_table() -> None:
+    from aiohttp.web import Response
+
+    from sm120.dashboard.access import MAX_SESSIONS, Access
+
+    access = Access("k")
+    for _ in range(MAX_SESSIONS + 50):
+        access.open_session(Response(), "/dashboard")
+    assert access.sessions_open() == MAX_SESSIONS
+
+
+def test_a_deeply_nested_action_body_is_a_400() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    status, _, body = _ask(
+        "POST",
+        "/dashboard/api/actions",
+        data=deep,
+        headers={"Authorization": f"Bearer {GATEWAY_KEY}", "Content-Type": "application/json"},
+    )
+    assert (status, json.loads(body)["error"]) == (
+        400,
+        "give a deployment and an action: wake, sleep, stop, relaunch",
+    )
+
+
+def test_relaunch_without_a_launch_record_refuses_before_stopping() -> None:
+    table = {"m": backend("m", ENGINE, startable=False)}
+    actions = FakeActions(table)
+
+    async def scenario() -> tuple[int, str]:
+        async with running_gateway(table, SwapPolicy(), actions) as (client, _):
+            body = {"action": "relaunch", "deployment": "dep-m"}
+            async with client.post("/dashboard/api/actions", json=body) as answer:
+                return answer.status, (await answer.json())["error"]
+
+    assert asyncio.run(scenario()) == (
+        409,
+        "'dep-m' kept no usable launch record, so it cannot be started again from here; "
+        "nothing was stopped (hint: relaunch it with 'sm120 launch <recipe> --name dep-m')",
+    )
+    assert actions.done == []
+
+
 def test_the_usage_view_needs_the_key_and_reads_the_gateways_usage(
     isolated_home: Any,
 ) -> None:

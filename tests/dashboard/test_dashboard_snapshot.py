@@ -91,3 +91,122 @@ def test_a_status_row_is_read_again_only_when_old_changed_or_forgotten(monkeypat
     board.forget()
     board._row(replace(state, started_at=2.0))
     assert reads == ["tiny"] * 4
+
+
+# One malformed folder is named in its own row; its neighbours are shown as they are.
+
+
+def _running(name: str, exit_file: str = "/nonexistent/exit.json") -> None:
+    import time as clock
+
+    from sm120.engine.state import DeploymentState, save_state
+
+    save_state(
+        DeploymentState(
+            name=name, recipe="tiny", runtime="native", supervisor_pid=4_194_303,
+            engine_pid=None, host="127.0.0.1", port=8124, plan_hash="h",
+            started_at=clock.time(), log_path="/nonexistent/serve.log", exit_file=exit_file,
+            served_model_name=name, model_dir=None, api_key_file=None,
+        )
+    )  # fmt: skip
+
+
+def _strict(document: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    # What the browser's JSON.parse takes: no NaN, no Infinity.
+    parsed: dict[str, Any] = json.loads(json.dumps(document, allow_nan=False))
+    return parsed
+
+
+def _rows(status_row: Any = None) -> dict[str, dict[str, Any]]:
+    document = snapshot({}, None, status_row) if status_row else snapshot({}, None)
+    return {row["name"]: row for row in _strict(document)["deployments"]}
+
+
+def _live(name: str, live: object, raw: str | None = None) -> None:
+    import json
+
+    from sm120.engine.state import deployment_dir
+
+    own = deployment_dir(name) / "monitor"
+    own.mkdir(parents=True, exist_ok=True)
+    (own / "live.json").write_text(raw if raw is not None else json.dumps(live))
+
+
+def _row_of(state: Any) -> dict[str, Any]:
+    return {"name": state.name, "running": True, "health": 200}
+
+
+def test_monitor_alerts_of_the_wrong_type_or_nested_deep_are_left_out() -> None:
+    _stopped("good", {})
+    for name in ("strings", "number", "deep"):
+        _running(name)
+    _live("strings", {"alerts": ["not", "objects"], "phase": "ready"})
+    _live("number", {"alerts": 7, "gpus": "x"})
+    _live("deep", None, raw="[" * 50_000 + "]" * 50_000)
+    rows = _rows(_row_of)
+    assert rows["good"]["phase"] == "stopped"
+    assert rows["strings"]["alerts"] == [] and rows["strings"]["phase"] == "ready"
+    assert rows["number"]["alerts"] == [] and rows["deep"]["alerts"] == []
+
+
+def test_nan_and_infinity_from_an_engine_are_null_not_invalid_json() -> None:
+    _running("nan")
+
+    def row(state: Any) -> dict[str, Any]:
+        return {**_row_of(state), "kv_cache_usage_pct": float("nan"), "x": [float("inf")]}
+
+    rows = _rows(row)
+    assert rows["nan"]["kv_cache_usage_pct"] is None and rows["nan"]["x"] == [None]
+
+
+def test_an_absurd_exit_record_names_its_folder_and_spares_the_rest(tmp_path: Any) -> None:
+    exit_file = tmp_path / "exit.json"
+    exit_file.write_text('{"returncode": 1, "ended_at": 1e300}')
+    _running("absurd", exit_file=str(exit_file))
+    _stopped("good", {})
+    rows = _rows()
+    assert rows["good"]["phase"] == "stopped"
+    assert rows["absurd"]["phase"] == "unreadable"
+    assert rows["absurd"]["error"] == (
+        f"exit record {exit_file} is unusable: 'ended_at' must be a time in seconds since 1970 "
+        f"(hint: delete {exit_file}; status then goes by the processes alone)"
+    )
+
+
+def test_a_launch_record_with_a_wrong_type_is_named() -> None:
+    import json
+
+    _stopped("good", {})
+    _stopped("typed", {})
+    path = monitor_files("typed").launch_spec
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "port": "8123", "argv": "vllm serve"}))
+    rows = _rows()
+    assert rows["good"]["phase"] == "stopped"
+    assert rows["typed"]["phase"] == "unreadable"
+    assert rows["typed"]["error"] == (
+        f"launch record {path} is unusable (damaged, or not one sm120 wrote) "
+        "(hint: launch it again with 'sm120 launch <recipe> --name typed')"
+    )
+
+
+def test_any_defect_in_one_row_stays_in_that_row() -> None:
+    _running("broken")
+    _stopped("good", {})
+
+    def row(state: Any) -> dict[str, Any]:
+        raise TypeError("'NoneType' object is not subscriptable")
+
+    rows = _rows(row)
+    assert rows["good"]["phase"] == "stopped"
+    assert rows["broken"]["error"] == "TypeError: 'NoneType' object is not subscriptable"
+
+
+def test_bench_history_lines_of_the_wrong_shape_do_not_break_the_chart() -> None:
+    _stopped("tiny", {})
+    history.append({"deployment": "tiny", "decode": "fast", "against": [1]})
+    history.append({"deployment": "tiny", "decode": {"tps": float("nan"), "ttft_s": [[1]]}})
+    (row,) = _strict(snapshot({}, None))["deployments"]
+    assert [(p["decode_tok_s"], p["ttft_s"]) for p in row["bench"]] == [(None, None)] * 2

@@ -296,7 +296,7 @@ def test_bad_input_is_one_line(
 def test_an_unknown_variant_is_refused(cli: CliRunner) -> None:
     assert _refused(cli, "service", "print", "tiny", "-V", "nope") == (
         "Error: recipe 'tiny' has no variant 'nope'; did you mean '2node'? (hint: variants: "
-        "2node, gpu)\n"
+        "2node, agent, gpu)\n"
     )
 
 

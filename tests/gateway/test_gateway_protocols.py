@@ -395,3 +395,49 @@ def test_a_slow_header_or_idle_connection_is_closed_after_the_idle_bound(
     slow_header, idle = run(scenario())
     assert 0.3 < slow_header < 2.5
     assert 0.3 < idle < 2.5
+
+
+def test_the_root_names_where_to_go_and_sends_a_browser_to_the_dashboard() -> None:
+    table = {"a": backend("a", "http://127.0.0.1:9")}
+
+    async def scenario() -> tuple[int, Any, int, str]:
+        async with running_gateway(table, SwapPolicy(), FakeActions(table)) as (client, _):
+            client.headers.pop("Authorization", None)
+            async with client.get("/") as answer:
+                status, index = answer.status, await answer.json()
+            headers = {"Accept": "text/html,application/xhtml+xml"}
+            async with client.get("/", headers=headers, allow_redirects=False) as browser:
+                return status, index, browser.status, browser.headers["Location"]
+
+    status, index, redirected, location = asyncio.run(scenario())
+    assert (status, redirected, location) == (200, 302, "/dashboard")
+    assert index["dashboard"] == "/dashboard" and index["health"] == "/health"
+    assert "/v1/messages" in index["protocols"]
+
+
+def test_the_models_listing_is_built_again_only_when_what_it_shows_changes() -> None:
+    from sm120.gateway.aliases import AliasTable
+    from sm120.gateway.proxy import ModelsListing
+    from sm120.gateway.swap import Swapper
+
+    table = {"a": backend("a", "http://127.0.0.1:9"), "b": backend("b", "http://127.0.0.1:9")}
+    swapper = Swapper(SwapPolicy(), FakeActions(table), lambda: None)  # type: ignore[arg-type]
+    listing, aliases = ModelsListing(), AliasTable([parse_alias("claude-*=dep-b")])
+    first = listing.body(swapper, dict(table), aliases)
+    assert listing.body(swapper, dict(table), aliases) is first  # the same table: reused
+    swapper.asleep.add("dep-b")
+    entries = json.loads(listing.body(swapper, dict(table), aliases))["data"]
+    assert [(e["id"], e["awake"]) for e in entries] == [
+        ("a", True), ("b", False), ("claude-*", False)
+    ]  # fmt: skip
+    assert entries[2]["served_model"] == "b" and entries[2]["alias_of"] == "dep-b"
+
+
+def test_an_alias_lookup_takes_exact_names_first_then_patterns_in_order() -> None:
+    from sm120.gateway.aliases import AliasTable
+
+    table = AliasTable(
+        [parse_alias("claude-*=x"), parse_alias("claude-opus-4=y"), parse_alias("c*=z")]
+    )
+    found = [table.first_match(name) for name in ("claude-opus-4", "claude-haiku", "cx", "q")]
+    assert [a.target if a else None for a in found] == ["y", "x", "z", None]

@@ -336,3 +336,45 @@ def test_a_stale_table_is_served_then_renewed_after_the_answer_and_readers_share
     assert first == 1
     assert after == 2  # the renewal happened, off the request's path
     assert waited < 0.04
+
+
+WRONG_KEY = {"Authorization": "Bearer no"}
+
+
+def test_answers_a_retry_cannot_change_say_so_and_the_others_do_not() -> None:
+    """x-should-retry: false on a wrong key, an unknown model or path, a malformed body, a
+    method aiohttp refuses and the engine's own 400; none on the 429 a retry may get past,
+    the 502 of a dead deployment or the 503 of a stopped one."""
+    with FakeOpenAIServer(model="a") as fake:
+        fake.script(Reply(status=400, error_message="bad tool"), Reply(status=429))
+        table = {
+            "a": backend("a", fake.url),
+            "dead": backend("dead", f"http://127.0.0.1:{free_port()}"),
+            "off": backend("off", "http://127.0.0.1:1", running=False),
+        }
+        asks: list[tuple[str, str, dict[str, Any]]] = [
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "a"}, "headers": WRONG_KEY}),
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "nope"}}),
+            ("POST", CHAT_PATH, {"data": b"{not json"}),
+            ("GET", "/v1/no-such-path", {}),
+            ("GET", CHAT_PATH, {}),
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "a"}}),
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "a"}}),
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "dead"}}),
+            ("POST", CHAT_PATH, {"json": {**CHAT, "model": "off"}}),
+        ]
+
+        async def scenario() -> list[tuple[int, str | None]]:
+            seen = []
+            policy = SwapPolicy(max_awake=0)
+            async with running_gateway(table, policy, FakeActions(table)) as (client, _):
+                for method, path, extra in asks:
+                    async with client.request(method, path, **extra) as answer:
+                        seen.append((answer.status, answer.headers.get("x-should-retry")))
+            return seen
+
+        seen = run(scenario())
+    assert seen == [
+        (401, "false"), (404, "false"), (400, "false"), (404, "false"), (405, "false"),
+        (400, "false"), (429, None), (502, None), (503, None),
+    ]  # fmt: skip

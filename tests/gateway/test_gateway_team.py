@@ -516,7 +516,7 @@ def test_the_metrics_are_valid_prometheus_text_with_hostile_labels() -> None:
     assert 'key="ann\\"\\\\\\n}"' in meter.render()
 
 
-def test_a_request_waits_for_its_turn_and_one_whose_client_leaves_is_forgotten(
+def test_a_request_waits_for_its_turn_on_the_fast_path(
     tmp_path: Path,
 ) -> None:
     store, keys = store_with(tmp_path, KeyEntry("ann", ""))
@@ -539,10 +539,6 @@ def test_a_request_waits_for_its_turn_and_one_whose_client_leaves_is_forgotten(
             first.write(chat)
             await asyncio.wait_for(first_reader.readuntil(b"\r\n\r\n"), 5)
             waiting = asyncio.ensure_future(exchange(the_front.port, chat))
-            _, leaver = await asyncio.open_connection("127.0.0.1", the_front.port)
-            leaver.write(chat)
-            await _until(lambda: team.turns.by_deployment["dep-sim"].waiting_count() == 2)
-            leaver.close()
             await _until(lambda: team.turns.by_deployment["dep-sim"].waiting_count() == 1)
             assert len(engine.requests) == 1
             release.set()
@@ -555,7 +551,30 @@ def test_a_request_waits_for_its_turn_and_one_whose_client_leaves_is_forgotten(
 
     whole, second, held, sent = asyncio.run(scenario())
     assert whole.endswith(b"0\r\n\r\n") and second == [STREAM]
-    assert (held, sent) == (0, 2)  # the one that left never reached the engine
+    assert (held, sent) == (0, 2)
+
+
+def test_a_wait_for_a_turn_that_is_cancelled_leaves_no_count(tmp_path: Path) -> None:
+    """A client gone while its request waits (the connection lost, or aiohttp cancelling the
+    handler): out of its key's queue, its limits' counts taken back."""
+
+    async def scenario() -> tuple[int, int, int]:
+        team = team_of(KeyStore(tmp_path))
+        entry = KeyEntry("ann", "", concurrency=5)
+        holder = team.admit(entry, "dep", 1, "m", "chat")
+        waiter = team.admit(entry, "dep", 1, "m", "chat")
+        assert not isinstance(holder, Refusal) and not isinstance(waiter, Refusal)
+        assert team.take_turn(holder) and not team.take_turn(waiter)
+        waiting = asyncio.ensure_future(team.wait_turn(waiter))
+        await asyncio.sleep(0.01)
+        turns = team.turns.by_deployment["dep"]
+        assert turns.waiting_count() == 1
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return turns.waiting_count(), team.limits.uses["ann"].in_flight, turns.total
+
+    assert asyncio.run(scenario()) == (0, 1, 1)  # only the holder is left
 
 
 def test_a_stream_without_usage_still_counts_against_tokens_per_minute(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ monitor's reading of /metrics must show bytes loaded back.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -43,15 +44,25 @@ def _counters(url: str) -> dict[str, float]:
     return parse_metrics(page.text).counters
 
 
-def _prompt(seed: int) -> list[int]:
+def _vocabulary(model: Path) -> int:
+    """The checkpoint's vocabulary size: token ids at or past it are refused ("Token id 999
+    is out of vocabulary" on the tiny model's 512)."""
+    size = json.loads((model / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    assert isinstance(size, int) and size > 100, size
+    return size
+
+
+def _prompt(seed: int, vocabulary: int) -> list[int]:
+    # Ids below 100 hold the special tokens; any others are ordinary text.
     rng = random.Random(seed)
-    return [rng.randrange(100, 1000) for _ in range(PROMPT_TOKENS)]
+    return [rng.randrange(100, vocabulary) for _ in range(PROMPT_TOKENS)]
 
 
 def test_an_evicted_prompt_comes_back_from_the_native_tier(tmp_path: Path) -> None:
     from sm120.engine.tiny_model import ensure_tiny_model
 
     model = ensure_tiny_model(Path(os.environ["VLLM_PYTHON"]), tmp_path / "tiny", print)
+    vocabulary = _vocabulary(model)
     home, port = tmp_path / "home", free_port()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,11 +73,11 @@ def test_an_evicted_prompt_comes_back_from_the_native_tier(tmp_path: Path) -> No
             "--set", "kv_tier.cpu_gib=1",
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
-        _complete(url, _prompt(1))
+        _complete(url, _prompt(1, vocabulary))
         for seed in range(2, 7):  # 20,480 more tokens than the 16,384-token pool holds
-            _complete(url, _prompt(seed))
+            _complete(url, _prompt(seed, vocabulary))
         before = _counters(url)
-        _complete(url, _prompt(1))
+        _complete(url, _prompt(1, vocabulary))
         after = _counters(url)
         from_tier = after.get("tier_hits", 0.0) - before.get("tier_hits", 0.0)
         assert from_tier >= PROMPT_TOKENS // 2, (before, after)

@@ -29,11 +29,16 @@ from tests.helpers import REPO, invoke
 
 GPU_CONTEXTS = (
     "glm47",
+    "glm47-v016",
     "glm52",
     "dsv4",
     "dsv4-sglang",
     "karmic-kraken-0920",
     "karmic-kraken-0922",
+    "dspark-nvfp4",
+    "infernal-invocation-r7",
+    "gilded-gnosis-r18",
+    "gilded-gnosis-r33",
 )
 GOLDEN = REPO / "tests" / "golden" / "images"
 
@@ -425,3 +430,9 @@ def test_lock_parsing_finds_unhashed_and_unpinned_lines() -> None:
     assert lock.unhashed == ("bar-baz",)
     assert lock.unpinned == ("qux>=3",)
     assert inventory_differences({"pip": "1"}, {"setuptools": "2"}) == []
+
+
+def test_glm47_former_default_builds_the_image_it_did() -> None:
+    # seed-pinned keeps glm47's default until 2026-12: same tag, same Dockerfile, same base
+    former = (REPO / "tests/golden/former/image-glm47.json").read_text()
+    assert (GOLDEN / "glm47--seed-pinned.json").read_text() == former

@@ -154,13 +154,13 @@ def test_refresh_writes_the_digest_into_recipe_and_dockerfile(
 
 def test_a_pinned_recipe_builds_from_the_digest(tmp_path: Path) -> None:
     text = pin_recipe_text(
-        (REPO / "recipes/glm47.yaml").read_text(), "vllm/vllm-openai", "v0.15.1", DIGEST
+        (REPO / "recipes/glm47.yaml").read_text(), "vllm/vllm-openai", "v0.16.0", DIGEST
     )
     path = tmp_path / "glm47.yaml"
     path.write_text(text)
     recipe = load_recipe_file(path)
     plan = resolve(PlanRequest(recipe="glm47"), recipe)
-    assert plan.base_image_ref == f"vllm/vllm-openai:v0.15.1@{DIGEST}"
+    assert plan.base_image_ref == f"vllm/vllm-openai:v0.16.0@{DIGEST}"
     new_digest = "sha256:" + "77" * 32
     again = pin_dockerfile_text(
         f"ARG BASE_IMAGE=vllm/vllm-openai:v0.15.1@{DIGEST}\n",
@@ -203,6 +203,7 @@ def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch)
             REPO,
             "dsv4",
             [
+                ("danielwoz/vllm", "dspark-nvfp4-cu132-20260708", "dspark-nvfp4"),
                 (
                     "ghcr.io/local-inference-lab/vllm",
                     "karmic-kraken-beta-20260920-443d9f815c57d23b",
@@ -210,6 +211,11 @@ def test_a_recipe_pins_each_base_it_builds_once(monkeypatch: pytest.MonkeyPatch)
                 ),
                 ("lmsysorg/sglang", "deepseek-v4-blackwell", "dsv4-sglang"),
                 ("nvidia/cuda", "12.9.1-devel-ubuntu24.04", "dsv4"),
+                (
+                    "voipmonitor/vllm",
+                    "infernal-invocation-vllm7ed814e-b12x5d648d9-fi1ac6942-cu133-torch213-20260813-r7",
+                    "infernal-invocation-r7",
+                ),
             ],
         )
     ]

@@ -264,7 +264,8 @@ def _contexts() -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     for name in recipe_names():
         recipe = load_recipe(name)
-        found.append((name, None))
+        if recipe.image.build == "dockerfile":  # kimik3's default runs a published image
+            found.append((name, None))
         found += [
             (name, variant)
             for variant, spec in recipe.variants.items()

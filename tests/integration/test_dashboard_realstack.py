@@ -182,6 +182,29 @@ def test_the_page_shows_what_status_json_says(stack: dict[str, Any], browser: An
     assert _csp_violations(browser) == []
 
 
+def test_sign_out_ends_the_session_that_cookie_held(stack: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    from sm120.dashboard.access import COOKIE
+
+    _sign_in(browser, stack)
+    first = browser.get_cookie(COOKIE)["value"]
+    _sign_in(browser, stack)
+    second = browser.get_cookie(COOKIE)["value"]
+    # Each sign-in is a session of its own, never the same value twice.
+    assert second != first
+    browser.find_element(By.CSS_SELECTOR, "form[action='/dashboard/logout'] button").click()
+    wait_for("the login prompt", lambda: browser.find_elements(By.ID, "key"), 10, 0.1)
+
+    def snapshot_with(value: str) -> int:
+        url = stack["page"] + "/api/snapshot"
+        return httpx.get(url, headers={"Cookie": f"{COOKIE}={value}"}, timeout=10).status_code
+
+    # The signed-out value, sent again as a stolen cookie would be, opens nothing; the other
+    # sign-in's session goes on.
+    assert (snapshot_with(second), snapshot_with(first)) == (401, 200)
+
+
 def test_prometheus_scrapes_every_metric_the_grafana_dashboard_queries(
     stack: dict[str, Any], tmp_path: Path, engine_python: Path
 ) -> None:

@@ -34,12 +34,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     home = tmp_path_factory.mktemp("home")
     ports = {name: free_port() for name in MODELS}
     for name in MODELS:
+        # tiny-a is the agent quickstart's deployment (tiny -V agent: 64k context, positions
+        # stretched, the hermes parser); tiny-b the default tiny with the same parser, since
+        # vLLM 0.32 refuses a named tool_choice without one.
+        serves = (
+            ("-V", "agent")
+            if name == "tiny-a"
+            else ("--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes")
+        )
         launched = sm120(
             home, "launch", "tiny", "--name", name, "--set", f"model.served_name={name}",
-            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor",
-            # What a coding agent's deployment runs with: vLLM 0.32 refuses a named
-            # tool_choice without a tool parser.
-            "--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes",
+            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor", *serves,
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
@@ -305,6 +310,80 @@ def test_openai_sdk_forced_tool_call_arguments_fit_the_schema(stack: dict[str, A
     assert completion.usage is not None and completion.usage.prompt_tokens > 0
 
 
+def test_a_clients_tool_definitions_reach_the_engines_prompt(stack: dict[str, Any]) -> None:
+    """The tiny model's chat template renders `tools` (it dropped them once): what the engine
+    is asked holds the tool, and an Anthropic client's tools count in its prompt."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    body = {"model": ALIAS, "messages": ASK, "tools": [tool]}
+    tokens = httpx.post(
+        f"{stack['gateway']}/tokenize", json=body, headers=_auth(stack["key"]), timeout=30
+    ).json()["tokens"]
+    prompt = httpx.post(
+        f"{stack['gateway']}/detokenize", json={"model": ALIAS, "tokens": tokens},
+        headers=_auth(stack["key"]), timeout=30,
+    ).json()["prompt"]  # fmt: skip
+    assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in prompt
+    assert "within <tool_call></tool_call>" in prompt
+    client = _anthropic(stack)
+    bare = client.messages.count_tokens(model=ALIAS, messages=ASK).input_tokens
+    with_tool = client.messages.count_tokens(model=ALIAS, messages=ASK, tools=[WEATHER_TOOL])
+    assert with_tool.input_tokens > bare + 50
+
+
+def _counting_client(sdk: Any, sent: list[str]) -> Any:
+    """The SDK's own HTTP client (its httpx fork), noting the path of every request it sends."""
+    return sdk.DefaultHttpxClient(
+        event_hooks={"request": [lambda request: sent.append(request.url.path)]}
+    )
+
+
+def test_a_final_answer_costs_an_sdk_one_request_not_its_retries(stack: dict[str, Any]) -> None:
+    """The official SDKs retry twice by default, and always on a 5xx; x-should-retry: false on
+    a wrong key and on a protocol the engine lacks (the engine's route miss, a 501) ends that
+    at the first answer. Without the header the 501 costs three requests and their backoff."""
+    import anthropic
+    import openai
+
+    sent: list[str] = []
+    wrong_key = anthropic.Anthropic(
+        base_url=stack["gateway"], api_key="wrong", max_retries=2, timeout=60,
+        http_client=_counting_client(anthropic, sent),
+    )  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        wrong_key.messages.create(model=ALIAS, max_tokens=2, messages=ASK)
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    assert sent == ["/v1/messages"]
+    sdk = openai.OpenAI(
+        base_url=f"{stack['gateway']}/v1", api_key=stack["key"], max_retries=2, timeout=60,
+        http_client=_counting_client(openai, sent),
+    )  # fmt: skip
+    with pytest.raises(openai.APIStatusError) as lacking:
+        sdk.embeddings.create(model="tiny-a", input="hello")
+    took = time.monotonic() - started
+    assert lacking.value.status_code == 501
+    assert "does not serve /v1/embeddings" in lacking.value.message
+    assert sent == ["/v1/messages", "/v1/embeddings"]
+    assert took < 5  # two answers, no backoff (the SDKs wait 0.5-8 s between tries)
+    # Both are in the gateway's access log (the engine never saw the 401), and no key is.
+    time.sleep(1.0)  # the log is written from memory twice a second
+    shown = sm120(Path(stack["home"]), "logs", "--gateway", "-n", "200")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(
+        " POST /v1/messages model=- deployment=- status=401 " in line and line.endswith(" via=app")
+        for line in lines
+    ), lines[-5:]
+    assert any(
+        " POST /v1/embeddings model=tiny-a deployment=tiny-a status=501 " in line
+        and line.endswith(" via=fast")
+        for line in lines
+    ), lines[-5:]
+    assert any(" event=start " in line for line in lines)
+    text = (Path(stack["home"]) / "gateway" / "access.log").read_text()
+    assert stack["key"] not in text and _backend_key(stack, "tiny-a") not in text
+
+
 def test_tokenize_is_routed_by_model_and_needs_the_key(stack: dict[str, Any]) -> None:
     body = {"model": ALIAS, "prompt": "hello there"}
     refused = httpx.post(f"{stack['gateway']}/tokenize", json=body, timeout=30)
@@ -469,3 +548,14 @@ def test_the_gateway_swaps_by_stop_and_start(stack: dict[str, Any]) -> None:
     assert port_is_free(stack["ports"]["tiny-a"])
     assert engine_processes(stack["ports"]["tiny-a"]) == []
     assert swap_s < 300
+    # The access log tells the gateway's life: the restart and the swap, in order.
+    events = [
+        line.split(" ", 1)[1]
+        for line in (home / "gateway" / "access.log").read_text().splitlines()
+        if " event=" in line
+    ]
+    assert [e.split()[0] for e in events][-4:] == [
+        "event=stop", "event=start", "event=swap", "event=swap"
+    ]  # fmt: skip
+    assert events[-2:] == ["event=swap action=stop deployment=tiny-a",
+                           "event=swap action=start deployment=tiny-b"]  # fmt: skip

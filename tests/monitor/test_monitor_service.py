@@ -501,3 +501,59 @@ def test_a_node_that_died_is_named_and_only_its_lines_are_kept(
         "[node1:engine] worker line 20",
         "[sm120] node1:engine killed by SIGKILL",
     ]
+
+
+REAL_SLOW_COMPILE = Path(__file__).parents[1] / "data" / "vllm_logs" / "v0.32.0_cpu_tiny_live.log"
+BROADCAST_STALL = (
+    "(EngineCore pid=11598) INFO 11-21 00:19:33 [shm_broadcast.py:871] No available shared "
+    "memory broadcast block found in 60 seconds. This typically happens when some processes "
+    "are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache "
+    "quantization)."
+)
+
+
+def test_a_slow_torch_compile_at_startup_is_no_wedge_alert(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    """A real fresh tiny launch on 2 cores: torch.compile's warm-up ran 2 min and the engine
+    core printed the broadcast-stall line (F22's signature) meanwhile. It was alerted as
+    "F22 Engine wedged"; the line alone, while the engine starts, is slow work."""
+    lines = REAL_SLOW_COMPILE.read_text().splitlines(keepends=True)
+    ready_at = next(i for i, line in enumerate(lines) if "Application startup complete" in line)
+    assert any("No available shared memory broadcast block" in line for line in lines[:ready_at])
+    service, _target, clock, _ = make(tmp_path, scripted)
+    scripted.health_status = 503  # the API server is not up while the engine core compiles
+    with service.files.serve_log.open("w") as log:
+        for line in lines[:ready_at]:
+            log.write(line)
+            log.flush()
+            service.step()
+            clock.now += 1
+        scripted.health_status = 200
+        log.writelines(lines[ready_at:])
+    for _ in range(3):
+        service.step()
+        clock.now += 1
+    assert [a.message for a in service.alerts if a.message.startswith("F22")] == []
+    assert service.activity == "idle"
+    # After start-up the same line, with no compile going on, is reported as before.
+    with service.files.serve_log.open("a") as log:
+        log.write(BROADCAST_STALL + "\n")
+    service.step()
+    failures = [a.message for a in service.alerts if a.kind == "failure"]
+    assert len(failures) == 1 and failures[0].startswith("F22 Engine wedged (shared-memory")
+
+
+def test_the_broadcast_line_during_a_compile_after_ready_is_no_alert(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    service, _target, clock, _ = make(tmp_path, scripted)
+    service.step()  # ready
+    scripted.running = 1.0
+    with service.files.serve_log.open("a") as log:
+        log.write("(Worker pid=7) INFO [backends.py:1] Compiling a graph for compile range\n")
+        log.write(BROADCAST_STALL + "\n")
+    clock.now += 1
+    service.step()
+    assert [a for a in service.alerts if a.kind == "failure"] == []
+    assert service.activity == "compiling"

@@ -31,7 +31,8 @@ def plan_json(cli: CliRunner, *args: str, expect: int = 0) -> dict[str, Any]:
 
 
 def test_json_has_the_promised_fields(cli: CliRunner) -> None:
-    data = plan_json(cli, "glm47", "--gpus", "4", "--kv-memory-gib", "31.99")
+    # seed-pinned: glm47's former default, which leaves max-model-len to the model
+    data = plan_json(cli, "glm47", "-V", "seed-pinned", "--gpus", "4", "--kv-memory-gib", "31.99")
     assert all(isinstance(data[key], int | float) for key in REQUIRED)
     assert data["kv_memory_source"] == "given"
     assert data["recommendation"] == {
@@ -70,7 +71,9 @@ def test_f08_long_context_recommends_the_smallest_dcp_that_fits(cli: CliRunner) 
 
 def test_f08_without_dcp_recommends_a_shorter_context(cli: CliRunner) -> None:
     # GLM-4.7 has 8 KV heads over TP 4: nothing to shard with DCP
-    data = plan_json(cli, "glm47", "--gpus", "4", "--kv-memory-gib", "4", expect=1)
+    data = plan_json(
+        cli, "glm47", "-V", "seed-pinned", "--gpus", "4", "--kv-memory-gib", "4", expect=1
+    )
     assert data["flags"][0]["message"] == (
         "max-model-len 202,752 needs 8.89 GiB of KV per GPU for one request but 4.00 GiB is "
         "free: the longest context that fits is 91,168"
@@ -151,7 +154,8 @@ def test_human_output_is_a_table_with_flags_and_recommendation(cli: CliRunner) -
         (
             ("glm52", "-V", "dcp3", "--gpus", "4"),
             "Error: recipe 'glm52' has no variant 'dcp3'; did you mean 'dcp4'? "
-            "(hint: variants: seed, dcp4, dcp2, dcp1, gb10x6-ray, no-think)",
+            "(hint: variants: seed, dcp4, dcp2, dcp1, gb10x6-ray, no-think, exl3-tp4, "
+            "nvfp4-tp8)",
         ),
         (
             ("glm47", "--gpus", "2"),

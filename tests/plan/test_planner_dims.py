@@ -168,3 +168,13 @@ def test_unreadable_hf_quant_config(tmp_path: Path) -> None:
     (folder / "hf_quant_config.json").write_text("{")
     with pytest.raises(PlanError, match=r"hf_quant_config\.json is not readable JSON"):
         load_dims(None, None, str(folder))
+
+
+def test_no_dims_and_no_checkpoint_folder_reads_as_english() -> None:
+    with pytest.raises(PlanError) as caught:
+        load_dims(None, None, None)
+    assert caught.value.one_line() == (
+        "no model dimensions: the recipe has no model.dims and no checkpoint folder "
+        "(--model-dir) with a config.json was given (hint: pass --model-dir with the "
+        "checkpoint, or add model.dims to the recipe)"
+    )

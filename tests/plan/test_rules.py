@@ -99,9 +99,11 @@ def test_f02_lowercase_backend_name() -> None:
 
 
 def test_f01_flashinfer_on_sm120_with_vllm_015() -> None:
+    # the 0.15.1 image is a variant's since glm47's default moved to vLLM 0.16.0
     assert "use --set attention-backend=TRITON_ATTN" in failed(
-        "glm47", "F01", "attention-backend=FLASHINFER"
+        "glm47", "F01", "attention-backend=FLASHINFER", variants=("seed-pinned",)
     )
+    assert results("glm47", sets=("attention-backend=FLASHINFER",))["F01"].status == "pass"  # type: ignore[attr-defined]
 
 
 def test_f01_holds_on_vllm_015_only() -> None:
@@ -146,6 +148,58 @@ def test_f07_nvfp4_kv_cache() -> None:
 def test_f07_does_not_apply_off_sm12x() -> None:
     hw = Hardware(4, "sm_100", "declared")
     assert results("glm47", sets=("kv-cache-dtype=nvfp4",), hardware=hw)["F07"].status == "pass"  # type: ignore[attr-defined]
+
+
+FORK_REF = "DSpark fork + danielwoz/vllm-dspark-nvfp4 c633834"
+
+
+def test_f07_and_f14_pass_the_forks_own_4bit_kv_on_its_ref() -> None:
+    # dsv4 -V nvfp4-kv: danielwoz's build implements nvfp4_ds_mla for SM120 itself
+    found = results("dsv4", "nvfp4-kv", hardware=SM120_X2)
+    assert found["F07"].status == "pass"  # type: ignore[attr-defined]
+    assert found["F14"].status == "pass"  # type: ignore[attr-defined]
+    assert resolve_ref("dsv4", "nvfp4-kv") == FORK_REF
+
+
+def test_f07_still_refuses_nvfp4_ds_mla_on_any_other_engine_ref() -> None:
+    # the same dtype on the PR #41834 build (the default) or a hand-edited ref: no kernel
+    assert failed("dsv4", "F07", "kv-cache-dtype=nvfp4_ds_mla", hardware=SM120_X2) == (
+        "kv-cache-dtype nvfp4_ds_mla has no sm_120 kernel (the engine dies on the first "
+        "request); use --set kv-cache-dtype=fp8"
+    )
+    assert "kv-cache-dtype nvfp4_ds_mla has no sm_120 kernel" in failed(
+        "dsv4",
+        "F07",
+        f"image.engine_version={FORK_REF} (rebuilt)",
+        hardware=SM120_X2,
+        variants=("nvfp4-kv",),
+    )
+
+
+def test_f07_and_f14_still_refuse_plain_nvfp4_on_the_forks_ref() -> None:
+    # the fork adds nvfp4_ds_mla only; FlashInfer's plain nvfp4 path is the one F07 is about
+    assert "kv-cache-dtype nvfp4 has no sm_120 kernel" in failed(
+        "dsv4", "F07", "kv-cache-dtype=nvfp4", hardware=SM120_X2, variants=("nvfp4-kv",)
+    )
+    assert failed(
+        "dsv4", "F14", "kv-cache-dtype=nvfp4", hardware=SM120_X2, variants=("nvfp4-kv",)
+    ) == (
+        "DeepSeek-V4 fails at model construction with kv-cache-dtype nvfp4; its fp8_ds_mla "
+        "layout needs --set kv-cache-dtype=fp8"
+    )
+
+
+def test_f07_and_f11_pass_gilded_gnosis_own_nvfp4_mla_kv_on_its_ref_only() -> None:
+    # glm52 -V exl3-tp4: the r18 EXL3 preset's own KV; the default's b12x build has no kernel
+    found = results("glm52", "exl3-tp4")
+    assert (found["F07"].status, found["F11"].status) == ("pass", "pass")  # type: ignore[attr-defined]
+    assert "kv-cache-dtype nvfp4_ds_mla on the SM120 sparse-MLA path produces garbage" in failed(
+        "glm52", "F11", "kv-cache-dtype=nvfp4_ds_mla"
+    )
+
+
+def resolve_ref(recipe: str, *variants: str) -> str:
+    return plan_for(recipe, *variants, hardware=SM120_X2).plan.image.engine_version
 
 
 def test_f11_bf16_kv_on_sparse_mla() -> None:

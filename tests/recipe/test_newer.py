@@ -17,6 +17,10 @@ from tests.images.test_recipe_updates import stand_in  # noqa: F401 - the regist
 
 R7 = "https://github.com/local-inference-lab/rtx6kpro/blob/master/models/ds4dspark-infernal-invocation-r7.md"
 KK = "https://github.com/local-inference-lab/rtx6kpro/blob/master/benchmarks/karmic-kraken-serving.md"
+KK_03AB23E = (
+    "https://github.com/local-inference-lab/rtx6kpro/blob/"
+    "03ab23e51c577b10369c973bc979d923af7bdc8e/benchmarks/karmic-kraken-serving.md"
+)
 
 
 def _every() -> list[Recipe]:
@@ -35,13 +39,16 @@ def test_dsv4_is_told_of_deepseek_v4_1_and_the_faster_0731_figures() -> None:
         "dsv4 (known)             newer model: DeepSeek-V4.1-Flash 273.96 tok/s on 4 GPUs "
         "(DSpark K7, DCP 1, Karmic Kraken image (vLLM bb709f4acee, B12X eea3ced11fc1)); "
         f"served by dsv41; {KK} (checked 2026-11-28)",
-        "dsv4 (known)             faster figure: DeepSeek-V4-Flash-0731 236.46 tok/s on 2 GPUs "
-        "(DSpark K5 (fixed, probabilistic), B12X W4A16, TP 2 / DCP 1, Infernal Invocation r7 "
-        f"image); the recipe's best on 2 GPUs: 205.54 tok/s; {R7} (checked 2026-11-28)",
-        "dsv4 (known)             faster figure: DeepSeek-V4-Flash-0731 301.24 tok/s on 4 GPUs "
-        "(DSpark K5 (fixed, probabilistic), B12X W4A16, TP 4 / DCP 1, Infernal Invocation r7 "
-        f"image); the recipe publishes no figure on 4 GPUs; {R7} (checked 2026-11-28)",
+        # the r7 and r7-tp4 variants publish r7's own 236.46 and 301.24: neither is named
+        "dsv4 (known)             newer model: DeepSeek-V4-Flash-Vision-Exp 188.73 tok/s on 2 "
+        "GPUs (DSpark K3, TP 2 / DCP 1, images and text, Karmic Kraken image (the page's DS4 "
+        f"Vision row)); served by dsv4vision; {KK_03AB23E} (checked 2026-12-01)",
     ]
+
+
+def test_the_newest_models_are_known_and_served() -> None:
+    [kimi] = compare([load_recipe("kimik3")], _every())
+    assert (kimi.entry.model, kimi.entry.gpus, kimi.status) == ("Kimi-K3", 9, "served by kimik3")
 
 
 def test_a_newer_model_a_recipe_serves_says_which() -> None:
@@ -51,8 +58,19 @@ def test_a_newer_model_a_recipe_serves_says_which() -> None:
 
 
 def test_a_figure_the_recipe_already_publishes_is_not_named() -> None:
-    dsv4 = load_recipe("dsv4")
-    assert published_by_gpus(dsv4)[2] == 205.54  # the dspark variant's
+    recipe = load_recipe("dsv4")
+    assert published_by_gpus(recipe)[2] == 243  # the nvfp4-kv variant's
+    assert published_by_gpus(recipe)[4] == 301.24  # r7-tp4's
+    # without those the recipe's best on 2 GPUs is dspark's 205.54, below r7's 236.46
+    dropped = ("nvfp4-kv", "r7", "r7-tp4")
+    variants = {name: v for name, v in recipe.variants.items() if name not in dropped}
+    dsv4 = recipe.model_copy(update={"variants": variants})
+    assert published_by_gpus(dsv4)[2] == 205.54
+    assert [(n.entry.kind, n.entry.gpus) for n in compare([dsv4], _every())] == [
+        ("model", 4),
+        ("figure", 2),
+        ("figure", 4),
+    ]
     figure = PublishedFigure(
         tok_s=236.5,
         source=R7,
@@ -62,7 +80,7 @@ def test_a_figure_the_recipe_already_publishes_is_not_named() -> None:
     )
     faster = dsv4.model_copy(update={"published": Published(decode=figure)})
     kinds = [(n.entry.kind, n.entry.gpus) for n in compare([faster], _every())]
-    assert kinds == [("model", 4), ("figure", 4)]
+    assert kinds == [("model", 4), ("figure", 4), ("model", 2)]
 
 
 def test_updates_prints_the_known_lines_after_the_builds(
@@ -73,7 +91,8 @@ def test_updates_prints_the_known_lines_after_the_builds(
     lines = out.splitlines()
     assert code == 0
     assert lines[0].startswith("glm52 (default)          image voipmonitor/vllm:")
-    assert lines[1].startswith(
+    assert [line.split()[1] for line in lines[1:3]] == ["(exl3-tp4)", "(nvfp4-tp8)"]
+    assert lines[3].startswith(
         "glm52 (known)            newer model: GLM-5.3-Flash 255.71 tok/s on 4 GPUs"
     )
     code, out, _ = invoke(cli, "recipes", "updates", "glm52", "--json")

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from sm120.core.errors import PlanError
 from sm120.recipe.catalogue import coerce_flag_value, engine_flags
 from sm120.recipe.loader import load_recipe
-from tests.helpers import DATA_DIR, argv_of, invoke, one_line_error, plan_for
+from tests.helpers import DATA_DIR, argv_of, invoke, plan_for
 
 # The resolved vLLM commands the sources print (tests/data/karmic-kraken/SOURCES.md says
 # where), without the interpreter, the model, --host, --port and --served-model-name, which
@@ -120,11 +120,26 @@ def test_published_decode_is_the_karmic_kraken_c1_figure(
     assert plan.hardware.gpus == gpus
 
 
-@pytest.mark.parametrize("recipe", ["dsv41", "glm53flash", "qwen38flash"])
-def test_plan_says_it_has_no_dimensions_for_these_models(recipe: str, cli: CliRunner) -> None:
-    code, _, err = invoke(cli, "plan", recipe, "--gpus", "4")
-    assert code == 2
-    assert "no model dimensions" in one_line_error(err)
+@pytest.mark.parametrize(
+    ("recipe", "layout"),
+    [
+        ("dsv41", "4 KV source layers x 584 B per stored token"),
+        ("glm53flash", "34 recurrent layers"),
+        ("qwen38flash", "36 recurrent layers"),
+    ],
+)
+def test_these_models_have_a_kv_layout_but_no_published_weight_size(
+    recipe: str, layout: str, cli: CliRunner
+) -> None:
+    # no stated size: the plan estimates the weights from model.dims and says so
+    code, out, err = invoke(
+        cli, "plan", recipe, "--gpus", "4", "--set", "kv-cache-memory-bytes=null", "--json"
+    )
+    assert code in (0, 1), err
+    assert json.loads(out)["weights_source"].startswith("estimated from config dims")
+    code, out, err = invoke(cli, "plan", recipe, "--gpus", "4", "--kv-memory-gib", "20", "--json")
+    assert code == 0, err
+    assert layout in json.loads(out)["kv_layout"]
 
 
 @pytest.mark.parametrize(("value", "passes"), [(-1, True), (0, False), (-2, False)])

@@ -85,15 +85,20 @@ def test_glm47_stack_headers() -> None:
 
 
 def test_glm47_stack_matches_the_recipe_and_the_catalogue() -> None:
-    stack = read_stack(GLM47)
-    image = load_recipe("glm47").image
-    check_target(stack, "vllm", image.engine_version)
+    # The default builds images/glm47-v016 (vLLM 0.16.0); the 0.15.1 variants images/glm47.
+    recipe = load_recipe("glm47")
+    pinned = recipe.variants["seed-pinned"].image
+    assert pinned is not None
     catalogue = load_catalogue()
-    check_failure_ids(stack, set(catalogue))
-    # Each fixed failure's catalogue entry cites the same seed as the patch.
-    for info in stack:
-        for fid in info.failure_ids:
-            assert f"seed:{info.seed}" in catalogue[fid].sources
+    for context, image in ((GLM47.parent / "glm47-v016", recipe.image), (GLM47, pinned)):
+        assert context.name == image.context
+        stack = read_stack(context)
+        check_target(stack, "vllm", image.engine_version)
+        check_failure_ids(stack, set(catalogue))
+        # Each fixed failure's catalogue entry cites the same seed as the patch.
+        for info in stack:
+            for fid in info.failure_ids:
+                assert f"seed:{info.seed}" in catalogue[fid].sources
 
 
 def test_a_context_without_patches_has_an_empty_stack(tmp_path: Path) -> None:

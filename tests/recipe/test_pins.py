@@ -87,7 +87,7 @@ def test_every_gpu_recipe_keeps_its_seed(recipe: str) -> None:
 
 @pytest.mark.parametrize(
     ("recipe", "pin"),
-    [("glm52", "commit bb6c5b7"), ("dsv4", "commit c766cbc6ff"), ("glm47", "commit 1892993bc")],
+    [("glm52", "commit bb6c5b7"), ("dsv4", "commit c766cbc6ff"), ("glm47", "commit 89a77b108")],
 )
 def test_the_pin_is_the_digest_else_the_engine_commit(recipe: str, pin: str | None) -> None:
     assert load_recipe(recipe).image.pin == pin

@@ -31,7 +31,8 @@ def test_glm47_offline_hub_and_pinned_snapshot() -> None:
     assert render_env(plan)["HF_HUB_OFFLINE"] == "1"
     argv = argv_of("glm47")
     assert flag_value(argv, "--revision") == "531df318dbe2877b24881f6e15024c7f945e7048"
-    assert plan.image.engine_version == "0.15.1"
+    assert plan.image.engine_version == "0.16.0"
+    assert plan_for("glm47", "seed-pinned").plan.image.engine_version == "0.15.1"
 
 
 # seed 002 settings table

@@ -77,6 +77,8 @@ function card(row) {
   return el("article", { class: `card ${state(row)}`, "data-deployment": row.name },
     el("h3", {}, row.name, " ", el("span", { class: "badge", "data-field": "phase" }, row.phase)),
     el("dl", {},
+      // A folder the snapshot could not read says why, in place of the figures it lacks.
+      ...(row.error ? field("error", "Problem", row.error) : []),
       ...field("recipe", "Recipe", row.recipe),
       ...field("variant", "Variant", first(row.variant)),
       ...field("endpoint", "Endpoint", row.endpoint),
@@ -141,6 +143,19 @@ function drawGpus(gpus) {
     el("td", {}, `${number(gpu.memory_used_mib, 0)} / ${number(gpu.memory_total_mib, 0, " MiB")}`),
     el("td", {}, number(gpu.temperature_c, 0, " °C")),
     el("td", {}, (gpu.deployments || []).join(", ")),
+  )));
+}
+
+function drawTuned(results) {
+  document.getElementById("no-tuned").hidden = results.length > 0;
+  document.querySelector("#tuned tbody").replaceChildren(...results.map((result) => el("tr", { "data-tuned": result.key },
+    el("td", {}, result.key),
+    el("td", {}, result.objective),
+    el("td", {}, number(result.tuned, 1, ` ${result.unit}`)),
+    el("td", {}, number(result.default, 1, ` ${result.unit}`)),
+    el("td", {}, result.gain),
+    el("td", {}, el("code", {}, result.settings.join(" ") || "the default")),
+    el("td", { title: result.host }, result.when),
   )));
 }
 
@@ -240,6 +255,7 @@ async function poll() {
   drawAlerts(data.deployments);
   drawThroughput(data);
   drawBench(data.deployments);
+  drawTuned(data.tuned || []);
   document.body.dataset.ready = "true";
 }
 

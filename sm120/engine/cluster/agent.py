@@ -211,7 +211,7 @@ def _boot_time() -> float | None:
 def _exit_record(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / EXIT_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

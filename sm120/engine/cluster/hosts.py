@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sm120.core.errors import PlanError
 from sm120.plan.resolve import LaunchPlan
@@ -33,6 +34,19 @@ def parse_nodes(text: str) -> list[NodeAddress]:
             raise PlanError(f"--nodes names {address} twice", NODES_HINT)
         nodes.append(NodeAddress(host=entry, address=address))
     return nodes
+
+
+# ssh's -o takes Keyword=value; the keyword is letters and digits (ssh_config(5)).
+_SSH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}=[^\x00-\x1f\x7f]{1,1024}")
+SSH_OPTION_HINT = "write Keyword=value, e.g. --ssh-option IdentityFile=~/.ssh/k"
+
+
+def parse_ssh_options(options: Sequence[str]) -> tuple[str, ...]:
+    for option in options:
+        if not _SSH_OPTION.fullmatch(option):
+            shown = option if len(option) <= 60 else option[:57] + "..."
+            raise PlanError(f"--ssh-option {shown!r} is not Keyword=value", SSH_OPTION_HINT)
+    return tuple(options)
 
 
 def multinode_variants(recipe: Recipe) -> list[str]:

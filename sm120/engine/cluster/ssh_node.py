@@ -175,7 +175,7 @@ def _json_line(text: str) -> dict[str, Any] | None:
         if line.startswith("{"):
             try:
                 data = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             return data if isinstance(data, dict) else None
     return None

@@ -22,6 +22,19 @@ from sm120.plan.fit.dims import PlannerDims
 
 GATED_PROJECTIONS = 3  # gate, up and down
 ACTIVATION_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Bytes per quantized parameter, block scales included: NVFP4 packs 4 bits with one FP8
+# scale per 16 values, MXFP4 one E8M0 scale per 32 (DeepSeek's "fp4" experts are that format:
+# e2m1 values, ue8m0 scales over blocks of 32); FP8 block scales (1 per 128x128) are under
+# 0.03% and left out.
+EXPERT_BYTES = {
+    "nvfp4": 0.5 + 1 / 16,
+    "mxfp4": 0.5 + 1 / 32,
+    "fp4": 0.5 + 1 / 32,
+    "fp8": 1.0,
+    "bf16": 2.0,
+    "bfloat16": 2.0,
+    "fp16": 2.0,
+}
 
 
 @dataclass(frozen=True)
@@ -34,7 +47,7 @@ class ActiveBytes:
         return (self.total - self.replicated) / tp + self.replicated
 
 
-def _mla_params(dims: PlannerDims) -> tuple[int, int] | None:
+def mla_params(dims: PlannerDims) -> tuple[int, int] | None:
     """(attention parameters per layer, of which replicated) for MLA, or None."""
     d = dims.dims
     if not (
@@ -58,7 +71,7 @@ def _mla_params(dims: PlannerDims) -> tuple[int, int] | None:
     return q_down + q_up + kv_down + kv_up + out, q_down + kv_down
 
 
-def _indexer_params(dims: PlannerDims) -> int:
+def indexer_params(dims: PlannerDims) -> int:
     d = dims.dims
     if not (d.index_n_heads and d.index_head_dim and d.q_lora_rank and d.hidden_size):
         return 0
@@ -72,7 +85,7 @@ def active_weight_bytes(dims: PlannerDims, expert_bytes: float) -> ActiveBytes |
     """The bytes a token reads, or None when the dims lack the attention and MLP shape
     (the roofline then falls back to the resident size)."""
     d = dims.dims
-    mla = _mla_params(dims)
+    mla = mla_params(dims)
     if (
         mla is None
         or not d.vocab_size
@@ -86,7 +99,7 @@ def active_weight_bytes(dims: PlannerDims, expert_bytes: float) -> ActiveBytes |
     attention_width = expert_bytes if d.quantized == "all_linear" else activation
     dense_width = expert_bytes if d.quantized == "all_linear" else activation
     attention, attention_replicated = mla
-    indexer = _indexer_params(dims)
+    indexer = indexer_params(dims)
     indexer_layers = dims.indexer_full_layers or d.num_hidden_layers
     expert = GATED_PROJECTIONS * hidden * d.moe_intermediate_size
     per_token_experts = (d.num_experts_per_tok + d.n_shared_experts) * expert

@@ -41,7 +41,6 @@ from collections import Counter, defaultdict
 
 from sm120.plan.fit.kv import (
     DSV4_PAGE_ALIGN,
-    DSV4_STATE_BYTES,
     DSV4_STATE_CACHES,
     DSV4_SWA_BLOCK,
     KVDtype,
@@ -82,9 +81,9 @@ def deepseek_v4_packed(
     head_dim = _need(dims.head_dim, "head_dim")
     index_dim = _need(dims.index_head_dim, "index_head_dim")
     latent = {
-        "C4 latent": (_page(block_size // 4 * DSV4_STATE_BYTES), c4),
+        "C4 latent": (_page(block_size // 4 * dtype.ds_record), c4),
         "C4 indexer": (_page(block_size // 4 * (index_dim + index_dim // 128 * 4)), c4),
-        "C128 latent": (_page(block_size // 128 * DSV4_STATE_BYTES), c128),
+        "C128 latent": (_page(block_size // 128 * dtype.ds_record), c128),
     }
     full_pages = [page for page, count in latent.values() for _ in range(count)]
     swa_layers = dims.num_hidden_layers + extra_layers
@@ -92,7 +91,7 @@ def deepseek_v4_packed(
         "sliding window": (
             DSV4_SWA_BLOCK,
             _need(dims.sliding_window, "sliding_window"),
-            [_page(DSV4_SWA_BLOCK * DSV4_STATE_BYTES)] * swa_layers,
+            [_page(DSV4_SWA_BLOCK * dtype.ds_record)] * swa_layers,
         ),
         "C4 compressor state": (
             *DSV4_STATE_CACHES[4],

@@ -13,12 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sm120.core.errors import PlanError
+from sm120.plan.hardware import divisors, spelled
 from sm120.recipe.schema import ModelDims
 
 # DeepSeek V3.2-style sparse MLA in fp8_ds_mla: 512 fp8 NoPE + 4 x fp32 scales + 64 bf16 RoPE.
 FP8_DS_MLA_BYTES = 656
 # DeepSeek-V4 fp8_ds_mla: 448 fp8 NoPE + 128 RoPE + 8 scale bytes per stored (compressed) token.
 DSV4_STATE_BYTES = 584
+# DeepSeek-V4 nvfp4_ds_mla (danielwoz/vllm-dspark-nvfp4, rtx6kpro models/ds4dspark-nvfp4-kv.md
+# "KV Page Layout"): 448 E2M1 nibbles (224 B) + 64 bf16 RoPE (128 B) + the same 8-byte footer.
+DSV4_NVFP4_BYTES = 360
 # FlashMLA reads DeepSeek-V4 pages in 576-byte rows, so every page is padded to a multiple.
 DSV4_PAGE_ALIGN = 576
 DSV4_SWA_BLOCK = 64  # the sliding-window cache's own block size
@@ -43,6 +47,7 @@ class KVDtype:
     fp8: bool
     nvfp4: bool = False
     element_bytes: int = 1
+    ds_record: int = DSV4_STATE_BYTES  # one stored DeepSeek-V4 latent token (fp8_ds_mla's)
 
 
 def resolve_kv_dtype(arg: str | None, dims: ModelDims) -> KVDtype:
@@ -59,6 +64,8 @@ def resolve_kv_dtype(arg: str | None, dims: ModelDims) -> KVDtype:
         return KVDtype(name, fp8=False, element_bytes=_ELEMENT_BYTES[name])
     if name == "nvfp4":
         return KVDtype(name, fp8=False, nvfp4=True)
+    if name == "nvfp4_ds_mla":
+        return KVDtype(name, fp8=False, nvfp4=True, ds_record=DSV4_NVFP4_BYTES)
     raise PlanError(
         f"kv-cache-dtype '{arg}' is not one the planner models",
         "use auto, bfloat16, fp8 or fp8_e4m3",
@@ -95,9 +102,14 @@ class KVLayout:
     # The unit a request's byte-counted window pages are rounded up in (vLLM 0.26 DeepSeek-V4:
     # the compressed layers' pages of one block); None: bytes_per_block.
     window_unit_bytes: int | None = None
+    # Hybrid linear-attention models (hybrid.py): block tables of per-token layers, and the
+    # fixed number of state blocks a request holds whatever its length.
+    token_tables: int = 1
+    state_blocks: int = 0
 
     def blocks_per_request(self, context: int) -> int:
-        blocks = cdiv(cdiv(context, self.dcp), self.block_size)
+        blocks = self.token_tables * cdiv(cdiv(context, self.dcp), self.block_size)
+        blocks += self.state_blocks
         paged = 0
         for cache in self.windows:
             held = cache.blocks(context, self.chunk_tokens)
@@ -151,9 +163,10 @@ def longest_context(layout: KVLayout, num_blocks: int, cap: int) -> int:
 
 def _check_dcp(tp: int, dcp: int) -> None:
     if dcp < 1 or tp % dcp:
+        choices = spelled(divisors(tp)) if tp >= 1 else "1"
         raise PlanError(
             f"tensor-parallel-size {tp} is not divisible by decode-context-parallel-size {dcp}",
-            "pick a DCP that divides TP (1, 2 or 4 for TP 4)",
+            f"pick a DCP that divides TP ({choices} for TP {tp})",
         )
 
 
@@ -217,7 +230,10 @@ def mla(
     layers = dims.num_hidden_layers + extra_layers
     sparse = indexer_layers is not None
     if sparse and dtype.fp8:
-        per_layer = FP8_DS_MLA_BYTES  # fp8 becomes the fp8_ds_mla layout on sparse MLA
+        # fp8 becomes the fp8_ds_mla layout on sparse MLA: fp8 latent, an fp32 scale per 128,
+        # bf16 RoPE (656 B for 512 + 64; GLM-5.3's 512 + 0: the b12x fork's 528-byte record)
+        rank, rope = dims.kv_lora_rank or 0, dims.qk_rope_head_dim or 0
+        per_layer = rank + rank // 128 * 4 + rope * 2
     elif dtype.nvfp4:
         raise PlanError("nvfp4 KV cache has no MLA layout on SM12x (F07)", "use fp8")
     else:
@@ -256,7 +272,7 @@ def check_deepseek_v4(dims: ModelDims, dcp: int, dtype: KVDtype, block_size: int
             "caches are not sharded",
             "set decode-context-parallel-size 1",
         )
-    if not dtype.fp8:
+    if not dtype.fp8 and dtype.name != "nvfp4_ds_mla":
         raise PlanError(
             f"DeepSeek-V4 needs an fp8 KV cache, got {dtype.name} (F14)",
             "set kv-cache-dtype fp8",
@@ -285,9 +301,9 @@ def deepseek_v4(
     index_dim = _need(dims.index_head_dim, "index_head_dim")
     index_bytes = index_dim + index_dim // 128 * 4
     pages = {
-        "C4 latent": (round_up(block_size // 4 * DSV4_STATE_BYTES, DSV4_PAGE_ALIGN), c4),
+        "C4 latent": (round_up(block_size // 4 * dtype.ds_record, DSV4_PAGE_ALIGN), c4),
         "C4 indexer": (round_up(block_size // 4 * index_bytes, DSV4_PAGE_ALIGN), c4),
-        "C128 latent": (round_up(block_size // 128 * DSV4_STATE_BYTES, DSV4_PAGE_ALIGN), c128),
+        "C128 latent": (round_up(block_size // 128 * dtype.ds_record, DSV4_PAGE_ALIGN), c128),
     }
     present = {name: page for name, page in pages.items() if page[1]}
     most_common = max(count for _, count in present.values())

@@ -5,6 +5,9 @@ cache memory" line) or estimated as
 
     gpu memory x gpu-memory-utilization - weights / TP - ACTIVATION_OVERHEAD_GIB
 
+Weights are the checkpoint's files (--model-dir), else the recipe's model.weights_gib, else
+an estimate counted from model.dims (resident.py), which the plan names as such.
+
 The overhead stands for what vLLM's profiling run takes besides weights and KV: peak
 activations of one max-num-batched-tokens step, the CUDA-graph pool and non-torch memory
 (NCCL buffers, cuBLAS workspaces). Seed 002 implies about 1.3 GiB (GLM-5.2, 8 captured
@@ -15,6 +18,7 @@ line is exact.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +27,11 @@ from sm120.core.errors import PlanError
 from sm120.plan.fit import kv
 from sm120.plan.fit.dims import GIB, PlannerDims
 from sm120.plan.fit.dsv4_packed import deepseek_v4_packed
+from sm120.plan.fit.dsv41 import DEFAULT_SWA_BLOCK, deepseek_v41
+from sm120.plan.fit.hybrid import KERNEL_BLOCK, HybridShape, hybrid, mamba_mode, state_bytes
+from sm120.plan.fit.resident import SOURCE as ESTIMATE_SOURCE
+from sm120.plan.fit.resident import WeightEstimate, estimate_gap, estimate_weights
+from sm120.plan.hardware import divisors, spelled
 from sm120.plan.resolve import LaunchPlan
 
 ACTIVATION_OVERHEAD_GIB = 1.5
@@ -30,7 +39,17 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 # vLLM's default prefill chunk for the API server on GPUs with 70 GiB or more.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # vLLM's default block size per family when neither the recipe nor model.dims sets one.
-_DEFAULT_BLOCK = {"full": 16, "mla": 16, "mla_sparse_dsa": 64, "dsv4_compressed": 256}
+_DEFAULT_BLOCK = {
+    "full": 16,
+    "mla": 16,
+    "mla_sparse_dsa": 64,
+    "dsv4_compressed": 256,
+    "dsv41_ced": 256,
+    "gdn_hybrid": 16,
+    "kda_mla_hybrid": 64,
+    "kda_dsa_hybrid": 64,
+}
+HYBRIDS = ("gdn_hybrid", "kda_mla_hybrid", "kda_dsa_hybrid")
 # The first upstream release whose DeepSeek-V4 packing the planner checked (GPU proof).
 DSV4_PACKED_SINCE = (0, 26)
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:(?:rc|\.post|\.dev)\d+)?(?:\+[\w.]+)?")
@@ -53,6 +72,14 @@ class PlanSpec:
     kv_memory_gib: float | None  # given per GPU; None means estimate
     quantization: str
     engine_version: str = ""  # the engine whose allocator rules the figures follow
+    # hybrid linear-attention models (hybrid.py) and DeepSeek-V4.1's window pages
+    spec_tokens: int = 0  # speculative tokens: recurrent layers keep a state block for each
+    mamba_cache_mode: str = "none"
+    mamba_ssm_cache_dtype: str | None = None
+    swa_block_size: int = DEFAULT_SWA_BLOCK
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes: the engine's own pool
+    # resident weights counted from model.dims when no source states them (resident.py)
+    weights_estimate: WeightEstimate | None = None
 
     @property
     def model_limit(self) -> int:
@@ -103,6 +130,12 @@ def draft_layers(plan: LaunchPlan, dims: PlannerDims) -> int:
     return dims.dims.num_nextn_predict_layers if "mtp" in method else 0
 
 
+def speculative_tokens(plan: LaunchPlan) -> int:
+    config = plan.arg("speculative-config")
+    tokens = config.get("num_speculative_tokens", 0) if isinstance(config, dict) else 0
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+
+
 def build_spec(
     plan: LaunchPlan,
     dims: PlannerDims,
@@ -128,17 +161,27 @@ def build_spec(
         if max_model_len is not None
         else _int_arg(plan, "max-model-len", dims.dims.max_position_embeddings)
     )
+    if context == -1 and max_model_len is None:
+        # vLLM's -1 fits the context to the KV pool, up to the model's limit: plan that limit;
+        # the plan's longest context is the length the engine settles on
+        context = dims.dims.max_position_embeddings
     if context < 1:
         raise PlanError(f"max-model-len must be at least 1, got {context}", "e.g. 131072")
     utilization = plan.arg("gpu-memory-utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
     attention = plan.model.attention
+    drafts = draft_layers(plan, dims)
+    estimate = None
+    if dims.weights_gib is None:
+        estimate = estimate_weights(dims, attention, plan.model.quantization, drafts)
+        if estimate is not None:
+            dims = dataclasses.replace(dims, weights_source=ESTIMATE_SOURCE)
     block = _int_arg(plan, "block-size", dims.dims.block_size or _DEFAULT_BLOCK.get(attention, 16))
     return PlanSpec(
         attention=attention,
         dims=dims,
         kv_dtype=kv.resolve_kv_dtype(plan.arg("kv-cache-dtype"), dims.dims),
         block_size=block,
-        draft_layers=draft_layers(plan, dims),
+        draft_layers=drafts,
         chunk_tokens=_int_arg(plan, "max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS),
         context=context,
         gpus=gpus,
@@ -147,18 +190,44 @@ def build_spec(
         kv_memory_gib=kv_memory_gib,
         quantization=plan.model.quantization,
         engine_version=plan.image.engine_version,
+        spec_tokens=speculative_tokens(plan),
+        mamba_cache_mode=_mamba_mode(plan, attention),
+        mamba_ssm_cache_dtype=_str_arg(plan, "mamba-ssm-cache-dtype"),
+        swa_block_size=_int_arg(plan, "swa-block-size", DEFAULT_SWA_BLOCK),
+        kv_cache_memory_bytes=_int_arg(plan, "kv-cache-memory-bytes", 0) or None,
+        weights_estimate=estimate,
     )
+
+
+def _str_arg(plan: LaunchPlan, name: str) -> str | None:
+    value = plan.arg(name)
+    return value if isinstance(value, str) else None
+
+
+def _mamba_mode(plan: LaunchPlan, attention: str) -> str:
+    """Prefix caching is off by default for hybrid models (vLLM 0.26 arg_utils.py)."""
+    if attention not in HYBRIDS:
+        return "none"
+    return mamba_mode(plan.arg("enable-prefix-caching") is True, _str_arg(plan, "mamba-cache-mode"))
 
 
 def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     dims = spec.dims.dims
-    if dims.num_attention_heads and dims.num_attention_heads % tp:
+    heads = dims.num_attention_heads
+    if heads and heads % tp:
+        # the sizes that fit this machine (nine GPUs take 1, 2, 3, 4, 6 or 8 of 96 heads)
+        fits = [size for size in divisors(heads) if size <= max(spec.gpus, tp)]
         raise PlanError(
-            f"tensor-parallel-size {tp} does not divide the model's "
-            f"{dims.num_attention_heads} attention heads",
-            "use a TP that divides the head count (1, 2, 4 or 8)",
+            f"tensor-parallel-size {tp} does not divide the model's {heads} attention heads",
+            f"use a TP that divides the head count ({spelled(fits)})",
         )
     args = (spec.kv_dtype, spec.block_size, spec.draft_layers)
+    if spec.kv_dtype.name == "nvfp4_ds_mla" and spec.attention != "dsv4_compressed":
+        raise PlanError(
+            f"kv-cache-dtype nvfp4_ds_mla is DeepSeek-V4's 4-bit layout, not one for "
+            f"attention '{spec.attention}'",
+            "use fp8 (or nvfp4 on full attention)",
+        )
     if spec.attention == "full":
         return kv.full_attention(dims, tp, dcp, *args)
     if spec.attention == "mla":
@@ -168,9 +237,60 @@ def layout_for(spec: PlanSpec, tp: int, dcp: int) -> kv.KVLayout:
     if spec.attention == "dsv4_compressed":
         layout = deepseek_v4_packed if packs_dsv4_upstream(spec.engine_version) else kv.deepseek_v4
         return layout(dims, dcp, *args, chunk=spec.chunk_tokens)
+    if spec.attention == "dsv41_ced":
+        swa = spec.swa_block_size
+        return deepseek_v41(dims, dcp, *args, chunk=spec.chunk_tokens, swa_block=swa)
+    if spec.attention in HYBRIDS:
+        return hybrid(
+            hybrid_shape(spec, tp, dcp),
+            spec.block_size,
+            spec.mamba_cache_mode,
+            spec.spec_tokens,
+            dcp,
+        )
     raise PlanError(
         f"attention '{spec.attention}' has no KV model in the planner yet",
         "size the KV cache from the engine's startup log (sm120 launch shows it)",
+    )
+
+
+def hybrid_shape(spec: PlanSpec, tp: int, dcp: int) -> HybridShape:
+    """The attention half of a hybrid model, one layer and token on one rank, and its state."""
+    dims = spec.dims.dims
+    linear = dims.linear_layers
+    if linear is None or linear >= dims.num_hidden_layers:
+        raise PlanError(
+            "model.dims.linear_layers must count the recurrent layers, fewer than "
+            "num_hidden_layers",
+            "pass --model-dir with the checkpoint's config.json (layer_types / kda_layers)",
+        )
+    attention_layers = dims.num_hidden_layers - linear + spec.draft_layers
+    one_layer = dims.model_copy(update={"num_hidden_layers": 1})
+    if spec.attention == "gdn_hybrid":
+        family, what = "full", "K,V"
+        one = kv.full_attention(one_layer, tp, dcp, spec.kv_dtype, 1, 0)
+    else:
+        # GLM-5.3's DSA layers store the sparse-MLA record (fp8_ds_mla with fp8); Kimi's MLA
+        # stores the plain latent
+        sparse = 0 if spec.attention == "kda_dsa_hybrid" else None
+        family, what = "mla", "MLA latent"
+        one = kv.mla(one_layer, tp, dcp, spec.kv_dtype, 1, 0, indexer_layers=sparse)
+    token = one.bytes_per_block
+    what = f"{what} {token:,} B/token"
+    if dims.index_head_dim and (dims.index_compress_ratio or spec.attention == "kda_dsa_hybrid"):
+        # indexer keys beside the attention KV (Qwen3.8's compressed indexer, GLM-5.3's DSA):
+        # fp8 + an fp32 scale per 128, one per index_compress_ratio tokens
+        ratio = dims.index_compress_ratio or 1
+        key = dims.index_head_dim + dims.index_head_dim // 128 * 4
+        token += kv.cdiv(key, ratio)
+        what += f" + a {key} B indexer key per {ratio} token(s)"
+    return HybridShape(
+        attention_layers=attention_layers,
+        token_bytes=token,
+        linear_layers=linear,
+        state_bytes=state_bytes(dims, tp, spec.spec_tokens, spec.mamba_ssm_cache_dtype),
+        kernel_block=KERNEL_BLOCK[family],
+        summary=f"{what} on each",
     )
 
 
@@ -193,13 +313,21 @@ def indexer_layers(spec: PlanSpec) -> int:
 
 
 def weights_per_gpu(spec: PlanSpec, tp: int) -> float | None:
+    """A stated size splits evenly (it is the engine's per-GPU figure times the TP it was
+    measured at); an estimate keeps its replicated parts whole on every rank."""
     total = spec.dims.weights_gib
-    return None if total is None else total / tp
+    if total is not None:
+        return total / tp
+    estimate = spec.weights_estimate
+    return None if estimate is None else estimate.per_gpu_gib(tp)
 
 
 def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
     if spec.kv_memory_gib is not None:
         return spec.kv_memory_gib, "given"
+    if spec.kv_cache_memory_bytes is not None:
+        # the engine skips its memory profile and takes exactly this much KV per GPU
+        return spec.kv_cache_memory_bytes / GIB, "kv-cache-memory-bytes"
     if spec.gpu_mem_gib is None:
         raise PlanError(
             "GPU memory is unknown: the recipe names none",
@@ -207,8 +335,9 @@ def kv_memory(spec: PlanSpec, tp: int) -> tuple[float, str]:
         )
     weights = weights_per_gpu(spec, tp)
     if weights is None:
+        gap = estimate_gap(spec.dims, spec.quantization) or "no estimate"
         raise PlanError(
-            "the resident weight size is unknown: the recipe has no model.weights_gib",
+            f"the resident weight size is unknown: the recipe has no model.weights_gib and {gap}",
             "pass --model-dir with the weights, or --kv-memory-gib",
         )
     usable = spec.gpu_mem_gib * spec.utilization

@@ -209,7 +209,7 @@ def report_document(report: Report, recipe: str, variants: tuple[str, ...]) -> d
     """The `sm120 plan --json` object."""
     spec, planned = report.spec, report.planned
     context = spec.context
-    return {
+    document = {
         "recipe": recipe,
         "variants": list(variants),
         "gpus": spec.gpus,
@@ -241,3 +241,7 @@ def report_document(report: Report, recipe: str, variants: tuple[str, ...]) -> d
         "recommendation": report.recommendation.as_dict(),
         "alternatives": [option.as_dict(spec) for option in report.alternatives],
     }
+    if spec.weights_estimate is not None:
+        # only where the size is an estimate, so the plans of stated sizes keep their shape
+        document["weights_estimate"] = spec.weights_estimate.as_dict()
+    return document

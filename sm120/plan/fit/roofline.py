@@ -35,7 +35,13 @@ from typing import Any
 
 from sm120.core.errors import PlanError
 from sm120.core.yaml_data import load_yaml
-from sm120.plan.fit.active_bytes import ACTIVATION_BYTES, ActiveBytes, active_weight_bytes
+from sm120.plan.fit.active_bytes import (
+    ACTIVATION_BYTES,
+    EXPERT_BYTES,
+    GATED_PROJECTIONS,
+    ActiveBytes,
+    active_weight_bytes,
+)
 from sm120.plan.fit.dims import GIB, PlannerDims, load_dims
 from sm120.plan.fit.memory import build_spec, layout_for, planned_layout
 from sm120.plan.resolve import LaunchPlan
@@ -44,19 +50,7 @@ from sm120.plan.resolve import LaunchPlan
 ROOFLINE_CONTEXT_TOKENS = 2048
 GB = 10**9  # bandwidth figures are decimal GB/s
 
-# Bytes per routed-expert parameter, block scales included: NVFP4 packs 4 bits with one FP8
-# scale per 16 values, MXFP4 one E8M0 scale per 32; FP8 block scales (1 per 128x128) are
-# under 0.03% and left out.
-EXPERT_BYTES = {
-    "nvfp4": 0.5 + 1 / 16,
-    "mxfp4": 0.5 + 1 / 32,
-    "fp8": 1.0,
-    "bf16": 2.0,
-    "bfloat16": 2.0,
-    "fp16": 2.0,
-}
 _ACTIVATION_BYTES = ACTIVATION_BYTES
-GATED_PROJECTIONS = 3  # gate, up and down
 # Drafters whose every step is one more pass of the target's MTP layer; prompt lookup costs
 # no weight reads; other drafters are separate checkpoints this roofline does not size.
 MTP_METHODS = ("mtp",)
@@ -186,7 +180,8 @@ def decode_roofline(plan: LaunchPlan, context: int = ROOFLINE_CONTEXT_TOKENS) ->
             f"no memory bandwidth is known for '{gpu_model}'",
             "add memory_bandwidth_gbs with its source to sm120/data/gpus.yaml",
         )
-    dims = load_dims(plan.model.dims, plan.model.weights_gib, None)
+    model = plan.model
+    dims = load_dims(model.dims, model.weights_gib, None, model.repo, model.architecture)
     tp, dcp = planned_layout(plan)
     counted = _counted_bytes(dims, plan.model.quantization)
     if counted is not None:
@@ -276,6 +271,11 @@ def speculative_roofline(plan: LaunchPlan, roofline: Roofline) -> SpecRoofline |
 
 def roofline_or_reason(plan: LaunchPlan) -> tuple[Roofline | None, str | None]:
     """For views: the roofline, or why there is none (one line)."""
+    tp, dcp = planned_layout(plan)
+    if tp < 1 or dcp < 1:
+        # Rule S04 refuses such a plan; a view of it (a dry run, --force S04) says why
+        # there is no figure rather than dividing by the count.
+        return None, f"a parallel size below 1 (tensor {tp}, decode context {dcp})"
     try:
         return decode_roofline(plan), None
     except PlanError as error:

@@ -1,0 +1,21 @@
+--trust-remote-code --tensor-parallel-size 9
+--decode-context-parallel-size 9 --dcp-comm-backend a2a
+--dcp-kv-cache-interleave-size 1 --mamba-block-size 12288
+--load-format instanttensor
+--model-loader-extra-config '{"instanttensor_priority_weight_name_prefixes":["vision_tower","mm_projector"],"instanttensor_small_checkpoint_max_bytes":8589934592}'
+--moe-backend b12x --linear-backend auto --attention-backend B12X_MLA
+--kda-prefill-backend triton --kv-cache-dtype fp8
+--kv-cache-memory-bytes 0
+--max-model-len 950000
+--max-num-batched-tokens 4096 --max-num-scheduled-tokens 4096
+--max-num-seqs 1
+--enable-chunked-prefill --enable-prefix-caching
+--kv-offloading-size 32 --kv-offloading-backend native
+--mm-processor-kwargs '{"in_patch_limit":40960,"patch_limit_on_one_side":512}'
+--mm-encoder-tp-mode data
+--reasoning-parser kimi_k3 --tool-call-parser kimi_k3 --enable-auto-tool-choice
+--structured-outputs-config.backend xgrammar
+--quantization qsrt_k2
+--compilation-config '{"mode":0,"cudagraph_mode":"FULL_AND_PIECEWISE","cudagraph_capture_sizes":[5,6],"pass_config":{"fuse_allreduce_rms":true}}'
+--speculative-config '{"method":"dspark","model":"RedHatAI/Kimi-K3-speculator.dspark","revision":"38a88101e0d46bb22134b9da340f381b954d40d4","num_speculative_tokens":5,"attention_backend":"TRITON_ATTN","kv_cache_dtype":"auto","draft_sample_method":"greedy","rejection_sample_method":"block","draft_load_config":{"load_format":"auto"},"quantization":"mxfp8","quantization_config":{"linear":"mxfp8","ignore":["re:.*qkv_proj$","re:.*markov_head.*"]}}'
+--gpu-memory-utilization 0.970 --attention-config '{"mla_prefill_backend":"B12X"}'

@@ -1,0 +1,4 @@
+--enable-prefix-caching --tensor-parallel-size 2 --disable-custom-all-reduce
+--gpu-memory-utilization 0.97 --max-model-len 262144 --max-num-seqs 4
+--max-num-batched-tokens 8192 --reasoning-parser qwen3 --tool-call-parser qwen3_coder
+--enable-auto-tool-choice --speculative-config '{"method": "mtp", "num_speculative_tokens": 3}'
