@@ -39,8 +39,9 @@ tail -c 300 "$work/claude.out"; echo
 if [ -n "${CODEX:-}" ]; then
   HOME="$user_home" sm120 connect codex --write >/dev/null
   SECONDS=0
-  # Codex reads the key from the variable its provider names (connect writes env_key).
-  HOME="$user_home" SM120_API_KEY="$(cat "$SM120_HOME/gateway/api_key")" timeout 600 "$CODEX" exec --skip-git-repo-check "list the files here" \
+  # connect writes Codex a profile of its own (~/.codex/sm120.config.toml) whose provider
+  # reads the key with its auth command: nothing to export.
+  HOME="$user_home" timeout 600 "$CODEX" exec -p sm120 --skip-git-repo-check "list the files here" \
     >"$work/codex.out" 2>&1 || echo "codex exec exited $?"
   echo "codex exec turn: ${SECONDS} s"
   tail -c 300 "$work/codex.out"; echo

@@ -3,6 +3,7 @@ every deployment, keys per person, who used what, and what breaks the prefix cac
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -263,3 +264,13 @@ def analyze(
 
     report = analyze_log(gateway_files(create=False).request_log, key)
     typer.echo(json.dumps(report, indent=2) if as_json else render_analysis(report))
+
+    if not as_json:
+        from sm120.core.errors import SM120Error
+        from sm120.gateway.connect import stale_writes
+
+        # A client set up for a context window the deployment no longer has; an unreadable
+        # record is connect's to report, not the gateway's.
+        with contextlib.suppress(SM120Error):
+            for line in stale_writes():
+                typer.echo(f"stale: {line}", err=True)

@@ -17,6 +17,7 @@ from sm120.engine.find import runtime_for
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.secrets import key_path, read_api_key
 from sm120.engine.state import StateError, deployments_root, is_deployment_name, load_state
+from sm120.gateway.absorb import fixes_for
 from sm120.monitor.files import load_launch_spec
 from sm120.recipe.endpoints import EngineProtocols, engine_protocols
 
@@ -43,6 +44,9 @@ class Backend:
     auto_tool_choice: bool | None = None
     # From its launch command: how many sequences it runs at once (the gateway's turns).
     max_num_seqs: int | None = None
+    # The engine bugs the gateway absorbs for this build (sm120/data/engine_fixes.yaml);
+    # empty for most: those requests keep the fast path as they are.
+    fixes: frozenset[str] = frozenset()
 
 
 def discover(skipped: dict[str, str] | None = None) -> dict[str, Backend]:
@@ -97,6 +101,7 @@ def _backend(folder: Path) -> Backend | None:
         max_model_len=_int_flag(spec, "--max-model-len"),
         auto_tool_choice=None if spec is None else AUTO_TOOL_FLAG in spec.argv,
         max_num_seqs=_int_flag(spec, "--max-num-seqs"),
+        fixes=_fixes(spec),
     )
 
 
@@ -114,6 +119,12 @@ def _protocols(spec: LaunchSpec | None) -> EngineProtocols | None:
     if spec is None or not spec.engine:
         return None
     return engine_protocols(spec.engine, spec.engine_version)
+
+
+def _fixes(spec: LaunchSpec | None) -> frozenset[str]:
+    if spec is None or not spec.engine:
+        return frozenset()
+    return fixes_for(spec.engine, spec.engine_version, spec.env)
 
 
 def _sleeps(spec: LaunchSpec | None) -> bool:

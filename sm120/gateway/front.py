@@ -30,6 +30,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from sm120.gateway import proxy
+from sm120.gateway.absorb import absorb, rewrites
 from sm120.gateway.access_log import HandedOver, RequestRecord, address_text
 from sm120.gateway.admission import Ticket, refusal_bytes
 from sm120.gateway.backends import Backend
@@ -133,10 +134,16 @@ class Front:
         target = engine_address(backend.base_url)
         if target is None:
             return None
-        if served != model or self.rewrite is not None:
+        fixing = rewrites(backend.fixes, head.path, parsed)
+        if served != model or self.rewrite is not None or fixing:
             # An alias must reach the engine under the name it serves; the body is sent anew.
             changed = {**parsed, "model": served}
             rewritten = self.rewrite(head.path, changed) if self.rewrite else changed
+            if fixing:
+                absorbed = absorb(rewritten, head.path, backend.fixes, backend.deployment)
+                if absorbed.refusal is not None:
+                    return None  # the application answers it, and says why
+                rewritten = absorbed.body
             body = json.dumps(rewritten).encode()
         address, host_header, prefix = target
         request = upstream_request(head, body, backend, host_header, prefix)

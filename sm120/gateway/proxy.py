@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sm120.gateway.absorb import absorb, rewrites
 from sm120.gateway.access_log import LOGGED, AccessLog, HandedOver, RequestRecord
 from sm120.gateway.admission import Team, Unauthorized, refusal_body, refusal_headers
 from sm120.gateway.aliases import (
@@ -441,10 +442,18 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     if refusal is not None:
         return refusal
     rewrite = request.app[REWRITE]
-    if served != model or rewrite is not None:
+    fixing = rewrites(backend.fixes, request.path, parsed)
+    if served != model or rewrite is not None or fixing:
         # An alias must reach the engine under the name it serves; the body is sent anew.
         changed = {**parsed, "model": served}
-        body = json.dumps(rewrite(request.path, changed) if rewrite else changed).encode()
+        rewritten = rewrite(request.path, changed) if rewrite else changed
+        if fixing:
+            # The engine's own bugs this build has (sm120/data/engine_fixes.yaml).
+            absorbed = absorb(rewritten, request.path, backend.fixes, backend.deployment)
+            if absorbed.refusal is not None:
+                return openai_error(404, absorbed.refusal, "invalid_request_error")
+            rewritten = absorbed.body
+        body = json.dumps(rewritten).encode()
     swapper = request.app[SWAPPER]
     await swapper.observe({backend.model: backend})
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sm120.gateway.absorb import EXPLAIN_RESPONSE_STORE, no_store_message
 from sm120.gateway.access_log import LOGGED
 from sm120.gateway.backends import Backend
 from sm120.gateway.usage import Tap
@@ -211,8 +212,10 @@ async def relay_by_id(
                 )
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
             continue
-    return openai_error(
-        404,
-        f"no running deployment holds response {request.match_info['response_id']}",
-        "invalid_request_error",
-    )
+    response_id = request.match_info["response_id"]
+    message = f"no running deployment holds response {response_id}"
+    forgetful = [b.deployment for b in backends if EXPLAIN_RESPONSE_STORE in b.fixes]
+    if forgetful:
+        # The engines that keep none say only "not found": say why, and what works.
+        message += "; " + no_store_message(", ".join(sorted(forgetful)), response_id)
+    return openai_error(404, message, "invalid_request_error")

@@ -434,6 +434,52 @@ def _mtp_glm_tool_calls(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
         )
 
 
+# F40-F43: what coding agents meet on the engine a recipe runs. Each is a warning (a plan
+# serving no agent loses nothing); the releases are in failures.yaml, and where the gateway
+# absorbs the bug for the build (sm120/data/engine_fixes.yaml) the message says so.
+@rule("F40", "warn", "Claude Code's mid-conversation system messages on this vLLM")
+def _inline_system_messages(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if plan.engine == "vllm":
+        yield (
+            f"vLLM {plan.image.engine_version} refuses or renders in place the system messages "
+            "Claude Code 2.1.154+ sends mid-conversation, breaking its tool calls (vllm#48874): "
+            "serve Claude Code through sm120's gateway, which merges them into the system prompt"
+        )
+
+
+@rule("F41", "warn", "the Anthropic thinking parameter is ignored by this vLLM")
+def _thinking_ignored(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    if plan.engine == "vllm":
+        yield (
+            f"vLLM {plan.image.engine_version}'s /v1/messages ignores a client's thinking on/off "
+            f"(vllm PR 53058), so replies {'reason' if plan.thinking else 'do not reason'} "
+            "whatever Claude Code asks: sm120's gateway maps it to the template's switch on "
+            "0.24-0.26; elsewhere set --set thinking=... for the deployment"
+        )
+
+
+@rule("F42", "warn", "Codex's Responses requests on a GLM tool parser")
+def _codex_on_glm_parsers(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    parser = str(plan.arg("tool-call-parser") or "")
+    if plan.engine == "vllm" and parser.startswith("glm"):
+        yield (
+            f"Codex's Responses requests with the {parser} tool parser fail conformance cases "
+            "and can abort mid-stream when a tool call's arguments meet reasoning (vllm PR "
+            "56285, vllm#55284): check with 'sm120 test agent --full' before relying on Codex"
+        )
+
+
+@rule("F43", "warn", "the Responses store keeps every response in the engine's memory")
+def _responses_store(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
+    store = plan.env_dict.get("VLLM_ENABLE_RESPONSES_API_STORE", "0")
+    if plan.engine == "vllm" and store not in ("", "0"):
+        yield (
+            "VLLM_ENABLE_RESPONSES_API_STORE=1 keeps every response in the engine's memory and "
+            "never frees one: Codex needs no store (it sends store=false and the whole "
+            "conversation); drop it unless a client uses previous_response_id"
+        )
+
+
 @rule("F07", "error", "no nvfp4 KV cache on SM12x")
 def _nvfp4_kv(plan: LaunchPlan, hw: Hardware) -> Iterator[str]:
     # A fork's own 4-bit KV format with SM120 kernels (failures.yaml F07 fork_fixes) holds

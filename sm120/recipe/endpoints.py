@@ -88,6 +88,11 @@ def _release(version: str) -> Version | None:
         return None
 
 
+def release_of(version: str) -> Version | None:
+    """The release an image's engine_version names; None for a branch or fork ref."""
+    return _release(version)
+
+
 @cache
 def _catalogue() -> _Catalogue:
     text = resources.files("sm120.data").joinpath(DATA_FILE).read_text("utf-8")

@@ -34,17 +34,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterato
     home = tmp_path_factory.mktemp("home")
     ports = {name: free_port() for name in MODELS}
     for name in MODELS:
-        # tiny-a is the agent quickstart's deployment (tiny -V agent: 64k context, positions
-        # stretched, the hermes parser); tiny-b the default tiny with the same parser, since
-        # vLLM 0.32 refuses a named tool_choice without one.
-        serves = (
-            ("-V", "agent")
-            if name == "tiny-a"
-            else ("--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes")
-        )
+        # Both are the agent variant (64k context, hermes tools) that Claude Code's and
+        # Codex's own prompts fit; tiny-b also caps every reply (vLLM reads the generation
+        # config's max_new_tokens as a cap, not only a default) for Codex, which sends no
+        # max_output_tokens: tests/integration/agent_protocol.py drives the real clients.
+        agent = ("-V", "agent")
+        if name == "tiny-b":
+            agent += ("--set", 'override-generation-config={"max_new_tokens": 64}')
         launched = sm120(
-            home, "launch", "tiny", "--name", name, "--set", f"model.served_name={name}",
-            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor", *serves,
+            home, "launch", "tiny", *agent,
+            "--name", name, "--set", f"model.served_name={name}",
+            "--port", str(ports[name]), "--model-dir", str(tiny_model), "--no-monitor",
+            # What a coding agent's deployment runs with: vLLM 0.32 refuses a named
+            # tool_choice without a tool parser.
+            "--set", "enable-auto-tool-choice=true", "--set", "tool-call-parser=hermes",
         )  # fmt: skip
         assert launched.returncode == 0, launched.stderr[-3000:]
     gateway_port = free_port()
@@ -503,6 +506,31 @@ def test_two_credentials_are_refused_on_both_paths(stack: dict[str, Any]) -> Non
     after = httpx.get(f"{stack['gateway']}/health", timeout=10).json()["fast_path"]
     # The four, and the GET /health that reads the count (the application answers it too).
     assert after["handed_over"] - before["handed_over"] == 5
+
+
+# The Responses conformance set and the real clients, on these engines (before the tests
+# that kill and swap them).
+from tests.integration.agent_protocol import (  # noqa: E402
+    test_a_gateway_that_is_down_ends_claude_code_in_seconds_and_codex_waits,
+    test_a_previous_response_the_engine_never_kept_is_answered_with_why,
+    test_a_wrong_key_ends_both_clients_within_seconds,
+    test_claude_code_completes_a_turn_through_connect_write,
+    test_codex_completes_a_turn_through_connect_write,
+    test_codex_first_request_shape_streams_the_events_codex_reads,
+    test_codex_forced_tool_call_is_well_formed_and_its_output_goes_back,
+    test_codex_shapes_answer_without_streaming_too,
+)
+
+__all__ = [
+    "test_a_gateway_that_is_down_ends_claude_code_in_seconds_and_codex_waits",
+    "test_a_previous_response_the_engine_never_kept_is_answered_with_why",
+    "test_a_wrong_key_ends_both_clients_within_seconds",
+    "test_claude_code_completes_a_turn_through_connect_write",
+    "test_codex_completes_a_turn_through_connect_write",
+    "test_codex_first_request_shape_streams_the_events_codex_reads",
+    "test_codex_forced_tool_call_is_well_formed_and_its_output_goes_back",
+    "test_codex_shapes_answer_without_streaming_too",
+]
 
 
 def test_a_killed_backend_answers_503_within_seconds(stack: dict[str, Any]) -> None:
