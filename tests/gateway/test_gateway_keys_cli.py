@@ -60,8 +60,8 @@ def test_every_bad_keys_input_is_one_line_with_a_hint(cli: CliRunner, isolated_h
         ("add", "ann"): "Error: a key named 'ann' exists (hint: 'sm120 gateway keys rotate ann')",
         ("add", "admin"): "Error: 'admin' is not a key name (hint: use letters, digits and . _ @ "
         "- (up to 64, starting with a letter or digit; 'admin' is the gateway's own key))",
-        ("add", "x", "--rpm", "0"): "Error: --rpm must be at least 1 (got 0) (hint: leave --rpm "
-        "out for none)",
+        ("add", "x", "--rpm", "0"): "Error: --rpm must be 1 or more, got 0 (hint: requests per "
+        "minute, e.g. --rpm 60)",
         ("add", "x", "--expires", "2001-01-01"): "Error: --expires 2001-01-01 is in the past "
         "(hint: give a day from today on)",
         ("add", "x", "--expires", "tomorrow"): "Error: --expires 'tomorrow' is not a date (hint: "
