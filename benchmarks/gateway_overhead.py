@@ -15,6 +15,11 @@ GPU (the device's H200; docs/gpu-proof.md carries the engine there):
 
 --shape 8b serves Llama-3-8B's shape with vLLM's dummy weights (benchmarks/gpu_proof.py), a
 deployment whose max-num-seqs admits the concurrent streams. Writes DIR/gateway-overhead-*.json.
+
+--keys N: the gateway side sends a person's key with limits (requests, tokens and concurrency
+per minute, set high enough never to refuse) from a store of N other keys, so each request
+pays for the key lookup, the limits, the turns and the usage record (written to SQLite in
+every run); the file is named gateway-overhead-*-keys.json.
 """
 
 from __future__ import annotations
@@ -72,6 +77,20 @@ def model_dir(args: argparse.Namespace, work: Path) -> Path:
     config = {**json.loads((tiny / "config.json").read_text()), **shape}
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     return dest
+
+
+def person_key(home: Path, others: int) -> str:
+    """A key with limits among `others` keys, in the gateway's store (the running gateway
+    reads it within a second; the warm-up rounds come first)."""
+    sys.path.insert(0, str(REPO))
+    from sm120.gateway.keys import KeyEntry, KeyStore, add_keys
+
+    store = KeyStore(home / "gateway")
+    add_keys(store, [KeyEntry(f"teammate-{n}", "", rpm=600) for n in range(others)])
+    limits = KeyEntry("bench", "", rpm=10**6, tpm=10**10, concurrency=10**4)
+    key = add_keys(store, [limits])[0]
+    time.sleep(1.0)
+    return key
 
 
 def launch_argv(args: argparse.Namespace, model: Path, port: int) -> list[str]:
@@ -207,6 +226,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=("tiny", "1b", "8b"), default="tiny")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"))
+    parser.add_argument("--keys", type=int, default=0, help="a person's key among N (0: admin)")
     args = parser.parse_args()
     if not args.vllm_python:
         sys.exit("set VLLM_PYTHON (or --vllm-python) to the engine's python")
@@ -222,6 +242,8 @@ def main() -> None:
         if started.returncode != 0:
             raise SystemExit(f"sm120 gateway start failed:\n{started.stderr[-2000:]}")
         gateway_key = (home / "gateway" / "api_key").read_text().strip()
+        if args.keys:
+            gateway_key = person_key(home, args.keys)
         sides = {
             "direct": (f"http://127.0.0.1:{port}", KEY),
             "gateway": (f"http://127.0.0.1:{gateway_port}", gateway_key),
@@ -238,13 +260,15 @@ def main() -> None:
         "concurrency": args.concurrency,
         "rounds": args.rounds,
         "ttft_pairs": args.ttft_pairs,
+        "keys": args.keys,
         **summary(samples),
         "samples": samples,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=2))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        name = f"gateway-overhead-{args.shape}-{'gpu' if args.gpu else 'cpu'}.json"
+        keyed = "-keys" if args.keys else ""
+        name = f"gateway-overhead-{args.shape}-{'gpu' if args.gpu else 'cpu'}{keyed}.json"
         (args.out / name).write_text(json.dumps(result, indent=2))
 
 

@@ -7,8 +7,10 @@ the first event is what each adds to a first token.
 
     python benchmarks/proxy_hop.py [--pairs 400] [--prefill-ms 0] [--chunks 32] [--baseline TREE]
 
-`--baseline TREE` adds a fourth side in the same rotation: the gateway of another checkout
-(e.g. main before a change to the front), so a change's cost is measured side by side.
+`--baseline TREE` adds a side in the same rotation: the gateway of another checkout (e.g.
+main before a change to the front), so a change's cost is measured side by side.
+"gateway, keys on" sends a person's key with limits among --keys others (default 1,000):
+the key lookup, the limits, the turns and the usage record, against "gateway"'s admin key.
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -147,6 +149,19 @@ def gateway_argv(work: Path, port: int, *extra: str) -> list[str]:
             "--key-file", str(work / "gateway_key"), *extra]  # fmt: skip
 
 
+def keyed_home(home: Path, keys: int) -> str:
+    """A gateway folder whose store holds `keys` keys and the measured one, with limits (so
+    every request pays for the HMAC, the lookup, the limits and the usage record)."""
+    from sm120.gateway.keys import KeyEntry, KeyStore, add_keys
+
+    folder = home / "gateway"
+    folder.mkdir(parents=True, mode=0o700)
+    store = KeyStore(folder)
+    add_keys(store, [KeyEntry(f"teammate-{n}", "", rpm=600) for n in range(keys)])
+    measured = KeyEntry("bench", "", rpm=10**6, tpm=10**9, concurrency=1000)
+    return add_keys(store, [measured])[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=400)
@@ -155,11 +170,13 @@ def main() -> None:
     parser.add_argument("--prefill-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=32)
     parser.add_argument("--baseline", type=Path, help="another checkout's gateway, side by side")
+    parser.add_argument("--keys", type=int, default=1000, help="other keys beside the measured")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sm120-proxy-hop-"))
     engine_port, gateway_port, alone_port = free_port(), free_port(), free_port()
     baseline_port = free_port()
     unlogged_port = free_port()
+    keyed_port = free_port()
     (work / "engine_key").write_text("engine-key\n")
     (work / "gateway_key").write_text(KEY + "\n")
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
@@ -183,12 +200,16 @@ def main() -> None:
     processes.append(
         subprocess.Popen(gateway_argv(work, unlogged_port, "--no-access-log"), env=unlogged_env)
     )
+    keyed_env = {**env, "SM120_HOME": str(work / "home-keyed")}
+    person_key = keyed_home(work / "home-keyed", args.keys)
+    processes.append(subprocess.Popen(gateway_argv(work, keyed_port), env=keyed_env))
     try:
         sides = {
             "direct": (connect(engine_port), request_bytes("engine-key")),
             "gateway": (connect(gateway_port), request_bytes(KEY)),
             "gateway without access log": (connect(unlogged_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
+            "gateway, keys on": (connect(keyed_port), request_bytes(person_key)),
         }
         if args.baseline is not None:
             sides["baseline gateway"] = (connect(baseline_port), request_bytes(KEY))
@@ -225,6 +246,10 @@ def main() -> None:
     )
     lines = (work / "home" / "gateway" / "access.log").read_text().count("\n")
     report["access log lines written"] = lines
+    report["keys on costs the first event, ms"] = round(
+        (first["gateway, keys on"] - first["gateway"]) * 1000, 3
+    )
+    report["keys"] = args.keys
     print(json.dumps(report, indent=2))
 
 

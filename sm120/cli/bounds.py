@@ -50,6 +50,10 @@ _MAX_TOKENS = Bound(1, MAX_TOKENS, "or leave it out")
 BOUNDS: dict[str, Bound] = {
     "--port": _PORT,
     "--gateway-port": _PORT,
+    # `gateway keys add`: a key's limits (leave one out for none).
+    "keys_add --rpm": Bound(1, 1_000_000, "requests per minute, e.g. --rpm 60"),
+    "keys_add --tpm": Bound(1, 10_000_000_000, "tokens per minute, e.g. --tpm 200000"),
+    "keys_add --concurrency": Bound(1, 100_000, "requests in flight, e.g. --concurrency 8"),
     "--gpus": Bound(1, MAX_GPUS, "e.g. --gpus 4"),
     # launch checks a plan against declared hardware: 0 GPUs is a CPU-only machine (tiny)
     "launch --gpus": Bound(0, MAX_GPUS, "0 for a CPU-only machine, e.g. --gpus 4"),

@@ -1,4 +1,5 @@
-"""`sm120 gateway start|stop|status`: one OpenAI-compatible endpoint for every deployment."""
+"""`sm120 gateway start|stop|status|keys|usage|analyze`: one OpenAI-compatible endpoint for
+every deployment, keys per person, who used what, and what breaks the prefix cache."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ app = typer.Typer(
     help="One OpenAI-compatible endpoint in front of every deployment, routing by 'model'.",
     no_args_is_help=True,
 )
+
+
+keys_app = typer.Typer(
+    help="Keys per person: each with its models and limits, stored only as keyed hashes.",
+    no_args_is_help=True,
+)
+app.add_typer(keys_app, name="keys")
 
 
 def register(root: typer.Typer) -> None:
@@ -60,6 +68,15 @@ def start(
         help="Make agent prompts cache-friendly: drop Claude Code's per-request billing "
         "header, sort tools by name (docs/gateway.md, 'Prompt normalisation').",
     ),
+    no_usage: bool = typer.Option(
+        False, "--no-usage", help="Do not record each request's usage in usage.db."
+    ),
+    request_log: bool = typer.Option(
+        False,
+        "--request-log",
+        help="Log each request's prompt structure (lengths and hashes, no text) for "
+        "'sm120 gateway analyze'.",
+    ),
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
@@ -76,8 +93,9 @@ def start(
     chosen = merged(file_aliases, [parse_alias(text) for text in alias])
     AliasTable(chosen)  # the file and --alias together within the bound, said here in one line
     config = GatewayConfig(
-        host, port, max_awake, swap_wait, aliases=chosen, normalize_prompts=normalize_prompts
-    )
+        host, port, max_awake, swap_wait, aliases=chosen, normalize_prompts=normalize_prompts,
+        record_usage=not no_usage, request_log=request_log,
+    )  # fmt: skip
     if not foreground:
         started = start_gateway(config, files)
         if started.warning:
@@ -118,6 +136,135 @@ def status(as_json: bool = typer.Option(False, "--json", help="JSON on stdout.")
 
     current = gateway_status(gateway_files(create=False))
     typer.echo(json.dumps(current.as_dict(), indent=2) if as_json else current.describe())
+
+
+@keys_app.command("add")
+@cli_errors
+def keys_add(
+    name: str = typer.Argument(..., help="Whose key (letters, digits, . _ @ -)."),
+    models: str | None = typer.Option(
+        None, "--models", help="Models it may use: comma-separated patterns ('tiny-*,glm47')."
+    ),
+    rpm: int | None = typer.Option(None, "--rpm", help="Requests per minute."),
+    tpm: int | None = typer.Option(None, "--tpm", help="Tokens (prompt + completion) per minute."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Requests in flight at once."
+    ),
+    expires: str | None = typer.Option(
+        None, "--expires", help="Last day it works, YYYY-MM-DD (UTC)."
+    ),
+) -> None:
+    """Add a key and print it, once: only its keyed hash is kept."""
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.keys import (
+        KeyEntry,
+        KeyStore,
+        add_key,
+        check_expires,
+        check_limit,
+        check_name,
+    )
+
+    entry = KeyEntry(
+        check_name(name), "", _models(models), check_limit("--rpm", rpm),
+        check_limit("--tpm", tpm), check_limit("--concurrency", concurrency),
+        check_expires(expires),
+    )  # fmt: skip
+    key = add_key(KeyStore(gateway_files().root), entry)
+    typer.echo(key)
+    typer.echo(f"added key '{name}' (shown once: hand it over now)", err=True)
+
+
+def _models(text: str | None) -> str | None:
+    from sm120.gateway.keys import KeyError_
+
+    if text is None:
+        return None
+    patterns = [p.strip() for p in text.split(",")]
+    if not all(patterns) or any(not p.isprintable() for p in patterns):
+        raise KeyError_(
+            f"--models '{text.encode('unicode_escape').decode()[:80]}' has an empty or "
+            "unprintable pattern",
+            "give comma-separated model names or patterns, e.g. 'tiny-*,glm47'",
+        )
+    return ",".join(patterns)
+
+
+@keys_app.command("list")
+@cli_errors
+def keys_list(as_json: bool = typer.Option(False, "--json", help="JSON on stdout.")) -> None:
+    """Every key's name, models, limits and expiry (never the key)."""
+    from sm120.core.terminal import terminal_safe
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.keys import KeyStore, describe
+
+    entries = KeyStore(gateway_files(create=False).root).entries()
+    if as_json:
+        typer.echo(json.dumps([describe(e) for e in entries], indent=2))
+        return
+    if not entries:
+        typer.echo("no keys but the gateway's own (add one: sm120 gateway keys add NAME)")
+        return
+    for entry in entries:
+        models = entry.models or "every model"
+        expires = f", expires after {entry.expires}" if entry.expires else ""
+        typer.echo(terminal_safe(f"{entry.name:<20} {models}; limits: {entry.limits()}{expires}"))
+
+
+@keys_app.command("revoke")
+@cli_errors
+def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """Remove a key; a running gateway refuses it within a second."""
+    from sm120.core.terminal import terminal_safe
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.keys import KeyStore, revoke_key
+
+    revoke_key(KeyStore(gateway_files().root), name)
+    typer.echo(terminal_safe(f"revoked key '{name}'"))
+
+
+@keys_app.command("rotate")
+@cli_errors
+def keys_rotate(name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """A new key for NAME (same models and limits), printed once; the old one stops working."""
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.keys import KeyStore, rotate_key
+
+    typer.echo(rotate_key(KeyStore(gateway_files().root), name))
+    typer.echo("rotated (shown once: hand it over now; the old key no longer works)", err=True)
+
+
+@app.command("usage")
+@cli_errors
+def usage(
+    by: str = typer.Option("key", "--by", help="Group by key, model, day or protocol."),
+    since: str | None = typer.Option(
+        None, "--since", help="From this day (YYYY-MM-DD) or this long ago (30m, 12h, 7d)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
+) -> None:
+    """Requests, tokens, errors and mean TTFT per key, model or day, from usage.db."""
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.usage_view import render_usage, usage_rows
+
+    rows = usage_rows(gateway_files(create=False).usage_db, by, since)
+    typer.echo(json.dumps(rows, indent=2) if as_json else render_usage(rows, by))
+
+
+@app.command("analyze")
+@cli_errors
+def analyze(
+    key: str | None = typer.Option(None, "--key", help="Only this key's sessions."),
+    as_json: bool = typer.Option(False, "--json", help="JSON on stdout."),
+) -> None:
+    """What changes between one turn and the next of each session in the request log, and
+    the prefix-cache hit rate it costs (against the engines' own counters)."""
+    from sm120.gateway.analyze import analyze_log, render_analysis
+    from sm120.gateway.files import gateway_files
+
+    report = analyze_log(gateway_files(create=False).request_log, key)
+    typer.echo(json.dumps(report, indent=2) if as_json else render_analysis(report))
+
     if not as_json:
         from sm120.core.errors import SM120Error
         from sm120.gateway.connect import stale_writes

@@ -27,6 +27,7 @@ CSP = (
 # The static files by name, with their content types: nothing else under static/ is served.
 STATIC = {
     "dashboard.js": "text/javascript",
+    "usage.js": "text/javascript",
     "dashboard.css": "text/css",
     "uPlot.iife.min.js": "text/javascript",
     "uPlot.min.css": "text/css",

@@ -1,6 +1,6 @@
 """`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]
-[--alias NAME=DEPLOYMENT ...] [--normalize-prompts]`: the gateway process that
-`sm120 gateway start` runs detached (or in the foreground).
+[--alias NAME=DEPLOYMENT ...] [--normalize-prompts] [--no-usage] [--request-log]`: the
+gateway process that `sm120 gateway start` runs detached (or in the foreground).
 
 `--backends FILE --key-file KEY` is the static mode a compose project runs (sm120.gateway.static):
 backends from the file, the gateway's key from KEY."""
@@ -30,12 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--normalize-prompts", action="store_true")
     # benchmarks/proxy_hop.py's "without the log" side; sm120 gateway start always logs.
     parser.add_argument("--no-access-log", dest="access_log", action="store_false")
+    parser.add_argument("--no-usage", action="store_true")
+    parser.add_argument("--request-log", action="store_true")
     args = parser.parse_args(argv)
     try:
         config = GatewayConfig(
             args.host, args.port, args.max_awake, args.swap_wait, args.backends, args.key_file,
             tuple(parse_alias(text) for text in args.alias), args.normalize_prompts,
             args.access_log,
+            record_usage=not args.no_usage, request_log=args.request_log,
         )  # fmt: skip
         serve(config, gateway_files())
     except SM120Error as exc:

@@ -42,6 +42,8 @@ class Backend:
     max_model_len: int | None = None
     # Started with --enable-auto-tool-choice: agents' `tool_choice: auto` requests work.
     auto_tool_choice: bool | None = None
+    # From its launch command: how many sequences it runs at once (the gateway's turns).
+    max_num_seqs: int | None = None
     # The engine bugs the gateway absorbs for this build (sm120/data/engine_fixes.yaml);
     # empty for most: those requests keep the fast path as they are.
     fixes: frozenset[str] = frozenset()
@@ -98,6 +100,7 @@ def _backend(folder: Path) -> Backend | None:
         protocols=_protocols(spec),
         max_model_len=_int_flag(spec, "--max-model-len"),
         auto_tool_choice=None if spec is None else AUTO_TOOL_FLAG in spec.argv,
+        max_num_seqs=_int_flag(spec, "--max-num-seqs"),
         fixes=_fixes(spec),
     )
 

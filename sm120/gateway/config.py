@@ -37,3 +37,7 @@ class GatewayConfig:
     normalize_prompts: bool = False
     # The access log (access.log in the gateway's folder); off only to measure what it costs.
     access_log: bool = True
+    # Each request's key, model, tokens and timings in usage.db (sm120.gateway.usage).
+    record_usage: bool = True
+    # Opt-in: each request's prompt structure (lengths and hashes) for `gateway analyze`.
+    request_log: bool = False

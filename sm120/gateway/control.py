@@ -148,6 +148,10 @@ def gateway_argv(config: GatewayConfig) -> list[str]:
         argv += ["--alias", f"{alias.name}={alias.target}"]
     if config.normalize_prompts:
         argv.append("--normalize-prompts")
+    if not config.record_usage:
+        argv.append("--no-usage")
+    if config.request_log:
+        argv.append("--request-log")
     return argv
 
 

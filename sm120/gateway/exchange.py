@@ -19,6 +19,7 @@ from sm120.gateway.relay import (
     is_route_miss,
 )
 from sm120.gateway.upstream import UpstreamConnection
+from sm120.gateway.usage import Tap
 from sm120.gateway.wire import FramingError, RequestHead, ResponseFraming
 
 # How an exchange ended.
@@ -41,6 +42,7 @@ class Exchange:
         deployment: str,
         route_miss: Callable[[], bytes] | None,
         finished: Callable[[Exchange, str], None],
+        tap: Tap | None = None,
         *,
         bounded: bool = True,
         head_request: bool = False,
@@ -49,6 +51,7 @@ class Exchange:
         404 passes, as the application's own do); `bounded`: the other side may be silent
         READ_TIMEOUT_S at most (not for the application, which keeps its own bounds)."""
         self.client = client
+        self._tap = tap  # sees the answer go by, for the usage record
         self.upstream = upstream
         self.deployment = deployment
         self._route_miss = route_miss
@@ -118,6 +121,8 @@ class Exchange:
             if status in NO_RETRY_STATUSES:
                 part = with_no_retry(part)
         self.client.send(part)
+        if self._tap is not None:
+            self._tap.seen(part)
         if self.framing.done:
             self._finish(ANSWERED)
 

@@ -41,6 +41,16 @@ class GatewayFiles:
         return self.root / "access.log"
 
     @property
+    def usage_db(self) -> Path:
+        """Who used what (sm120.gateway.usage); its -wal and -shm files sit beside it."""
+        return self.root / "usage.db"
+
+    @property
+    def request_log(self) -> Path:
+        """The opt-in log of each request's prompt structure (sm120.gateway.requestlog)."""
+        return self.root / "requests" / "requests.jsonl"
+
+    @property
     def aliases(self) -> Path:
         """Aliases read at every start when no --aliases names another file."""
         return self.root / "aliases.yaml"

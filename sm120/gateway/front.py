@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import hmac
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -33,8 +32,11 @@ from aiohttp import web
 from sm120.gateway import proxy
 from sm120.gateway.absorb import absorb, rewrites
 from sm120.gateway.access_log import HandedOver, RequestRecord, address_text
+from sm120.gateway.admission import Ticket, refusal_bytes
 from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
+from sm120.gateway.keys import KeyEntry
+from sm120.gateway.limits import Refusal as LimitRefusal
 from sm120.gateway.reader import Refusal, Request, RequestReader
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, error_bytes, route_miss_message
 from sm120.gateway.upstream import UpstreamConnection, UpstreamPool, engine_address
@@ -70,6 +72,8 @@ class Route:
     address: tuple[str, int]
     path: str
     protocol: str
+    served: str  # the model the engine serves it as
+    parsed: dict[str, Any]  # the body as the client sent it (for the opt-in request log)
 
     def route_miss(self) -> bytes:
         message = route_miss_message(self.backend, self.path, self.protocol)
@@ -96,36 +100,33 @@ class Front:
         self.access = app[proxy.ACCESS_LOG]  # None: no access log
         self.handed = app[proxy.HANDED_OVER]
         self.port = 0  # where it listens, once it does
-        self._key = api_key.encode()
+        self.team = app[proxy.TEAM]
 
-    def takes(self, head: RequestHead) -> bool:
-        """Whether the fast path may try this request; anything else goes to the application."""
+    def takes(self, head: RequestHead) -> KeyEntry | None:
+        """Whose request this is, when the fast path may try it; None: the application
+        answers it (a wrong, expired or doubled key is its 401)."""
         length = head.content_length
-        return (
+        if not (
             head.method == "POST"
             and head.path in self.hot_paths
             and length is not None
             and 0 < length <= proxy.MAX_BODY_BYTES
             and not head.has("transfer-encoding")
             and not head.has("expect")
-            and self._key_matches(head)
-        )
-
-    def _key_matches(self, head: RequestHead) -> bool:
-        headers = {
-            "Authorization": head.header("authorization") or "",
-            "x-api-key": head.header("x-api-key") or "",
-        }
-        # Constant time, as the application's own guard.
-        return hmac.compare_digest(proxy.presented_key(headers), self._key)
+        ):
+            return None
+        who = self.team.identify(head.headers)
+        return who if isinstance(who, KeyEntry) else None
 
     def route(
         self, head: RequestHead, body: bytes, parsed: dict[str, Any], model: str,
-        served: str, backend: Backend | None,
+        served: str, backend: Backend | None, entry: KeyEntry,
     ) -> Route | None:  # fmt: skip
         """The engine request for a routed model, or None where the application must answer
-        (not running, a protocol its engine lacks, asleep, not plain HTTP)."""
+        (not running, a protocol its engine lacks, asleep, not plain HTTP, not the key's)."""
         if backend is None or not backend.running or not self.swapper.awake(backend):
+            return None
+        if not entry.allows(served):
             return None
         protocol = self.hot_paths[head.path]
         if backend.protocols is not None and backend.protocols.known_not_to_serve(protocol):
@@ -146,7 +147,7 @@ class Front:
             body = json.dumps(rewritten).encode()
         address, host_header, prefix = target
         request = upstream_request(head, body, backend, host_header, prefix)
-        return Route(backend, request, address, head.path, protocol)
+        return Route(backend, request, address, head.path, protocol, served, parsed)
 
     def connection_closed(self, connection: FrontConnection) -> None:
         connections = self.connections
@@ -264,6 +265,8 @@ class FrontConnection(asyncio.Protocol):
         self._refused = False
         self.peer = "-"
         self._record: RequestRecord | None = None  # the access log's line for this request
+        self._ticket: Ticket | None = None  # its admission, until it is recorded
+        self._waiting: asyncio.Future[None] | None = None  # a wait for its turn
 
     # --- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -313,6 +316,9 @@ class FrontConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = "closed"
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.cancel()  # out of its key's queue; its counts are taken back
+            self._ticket = None
         self.reader.close()
         self.front.connection_closed(self)
         self._cancel_timer()
@@ -390,10 +396,11 @@ class FrontConnection(asyncio.Protocol):
             self.close_after_writes()
             return
         self._request = item
-        if item.version == "1.1" and self.front.takes(item.head):
+        entry = self.front.takes(item.head) if item.version == "1.1" else None
+        if entry is not None:
             if self.front.access is not None:
                 self._record = RequestRecord(self.peer, item.head.method, item.head.path, "fast")
-            self._route(item.head, item.body)
+            self._route(item.head, item.body, entry)
         else:
             self._to_application(item)
 
@@ -418,7 +425,7 @@ class FrontConnection(asyncio.Protocol):
             self._timer = None
 
     # --- the fast path ----------------------------------------------------------------------
-    def _route(self, head: RequestHead, body: bytes) -> None:
+    def _route(self, head: RequestHead, body: bytes, entry: KeyEntry) -> None:
         """In the callback that read the request, when the routing table in hand answers;
         a task only when the state files must be read or a sleeping engine asked."""
         try:
@@ -434,32 +441,69 @@ class FrontConnection(asyncio.Protocol):
         front = self.front
         cached = front.routes.cached(model, front.aliases)
         if cached is None or cached[1].sleep_mode:
-            self.front.spawn(self._route_after_reading(head, body, parsed, model))
+            self.front.spawn(self._route_after_reading(head, body, parsed, model, entry))
             return
         try:
-            route = front.route(head, body, parsed, model, *cached)
+            route = front.route(head, body, parsed, model, *cached, entry)
         except Exception:  # e.g. the normaliser on an odd body: the application answers it
             route = None
-        self._go(route)
+        self._admit(route, entry)
 
     async def _route_after_reading(
-        self, head: RequestHead, body: bytes, parsed: dict[str, Any], model: str
-    ) -> None:
+        self, head: RequestHead, body: bytes, parsed: dict[str, Any], model: str,
+        entry: KeyEntry,
+    ) -> None:  # fmt: skip
         front = self.front
         try:
             served, backend, _ = await front.routes.route(model, front.aliases)
             if backend is not None and backend.sleep_mode:
                 await front.swapper.observe({backend.model: backend})
-            route = front.route(head, body, parsed, model, served, backend)
+            route = front.route(head, body, parsed, model, served, backend, entry)
         except Exception:  # the application answers, and says what went wrong
             route = None
         if self.state != "closed":
-            self._go(route)
+            self._admit(route, entry)
 
-    def _go(self, route: Route | None) -> None:
+    def _admit(self, route: Route | None, entry: KeyEntry) -> None:
+        """The key's limits and its turn on the deployment (sm120.gateway.admission), the
+        same as the application's: a refusal is the same 429 it would send."""
         if route is None:
             self._finish(HAND_OVER)
             return
+        team = self.front.team
+        backend = route.backend
+        ticket = team.admit(entry, backend.deployment, backend.max_num_seqs, route.served,
+                            route.protocol, route.parsed)  # fmt: skip
+        if isinstance(ticket, LimitRefusal):
+            self._refuse(route, ticket, entry)
+            return
+        self._ticket = ticket
+        if team.take_turn(ticket):
+            self._go(route)
+        else:
+            self._waiting = asyncio.ensure_future(self._wait_turn(route, ticket, entry))
+            self.front.tasks.add(self._waiting)
+            self._waiting.add_done_callback(self.front.tasks.discard)
+
+    async def _wait_turn(self, route: Route, ticket: Ticket, entry: KeyEntry) -> None:
+        refusal = await self.front.team.wait_turn(ticket)
+        self._waiting = None
+        if self.state == "closed":
+            self.front.team.withdraw(ticket)
+            self._ticket = None
+            return
+        if refusal is not None:
+            self._ticket = None
+            self._refuse(route, refusal, entry)
+        else:
+            self._go(route)
+
+    def _refuse(self, route: Route, refusal: LimitRefusal, entry: KeyEntry) -> None:
+        self.front.team.refusal_recorded(entry, route.served, route.protocol, 429)
+        self.send(refusal_bytes(route.protocol, refusal, entry.name))  # logged as the request's
+        self._finish(ANSWERED)
+
+    def _go(self, route: Route) -> None:
         swapper = self.front.swapper
         swapper.used(route.backend)
         swapper.in_flight[route.backend.deployment] += 1
@@ -487,6 +531,8 @@ class FrontConnection(asyncio.Protocol):
     def _exchange_on(self, upstream: UpstreamConnection, route: Route) -> None:
         def finished(exchange: Exchange, outcome: str) -> None:
             self._exchange = None
+            if self._ticket is not None:
+                self._ticket.tap.status = exchange.framing.status
             if exchange.reusable:
                 self.front.pool.give_back(upstream)
             else:
@@ -500,9 +546,11 @@ class FrontConnection(asyncio.Protocol):
             self._engine_closes = not exchange.framing.keep_alive
             self._finish(HAND_OVER if outcome == RETRY else outcome)
 
+        tap = self._ticket.tap if self._ticket is not None else None
         self._exchange = Exchange(
-            self, upstream, route.request, route.backend.deployment, route.route_miss, finished
-        )
+            self, upstream, route.request, route.backend.deployment, route.route_miss, finished,
+            tap,
+        )  # fmt: skip
 
     def _uncount(self) -> None:
         if self._counted is not None:
@@ -513,6 +561,13 @@ class FrontConnection(asyncio.Protocol):
     def _finish(self, outcome: str) -> None:
         self._uncount()
         self._log(outcome)
+        if self._ticket is not None:
+            ticket, self._ticket = self._ticket, None
+            if outcome in (HAND_OVER, RETRY):
+                self.front.team.withdraw(ticket)  # the application admits it anew
+            else:
+                # A client gone before the answer's head is 499, as nginx logs it.
+                self.front.team.finish(ticket, ticket.tap.status or 499)
         if self.state == "closed":
             return
         request = self._request

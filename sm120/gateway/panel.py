@@ -4,6 +4,7 @@ swapper: a deployment put to sleep from the page is one the gateway knows to be 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 from aiohttp import web
@@ -11,14 +12,18 @@ from aiohttp import web
 from sm120.core.errors import SM120Error
 from sm120.dashboard.controls import Action
 from sm120.dashboard.routes import add_dashboard
+from sm120.dashboard.usage import add_usage_view
 from sm120.gateway.actions import EngineActions
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.control import gateway_status
 from sm120.gateway.files import gateway_files
 from sm120.gateway.swap import Swapper, SwapPolicy
+from sm120.gateway.usage import recent, summary
 
 # A relaunch waits for READY as long as `sm120 launch` would for a warm start.
 RELAUNCH_TIMEOUT_S = 900.0
+USAGE_VIEW_S = 86400.0
+RECENT_ROWS = 20
 
 
 class UnknownDeployment(SM120Error):
@@ -85,8 +90,18 @@ class SwapperControls:
 
 
 def add_dashboard_for(app: web.Application, api_key: str, swapper: Swapper) -> None:
-    """The gateway's app serves the dashboard too, behind the gateway's key."""
+    """The gateway's app serves the dashboard too, behind the gateway's key, with its usage."""
     add_dashboard(app, api_key, SwapperControls(swapper))
+    add_usage_view(app, usage_for_the_page)
+
+
+def usage_for_the_page() -> dict[str, object]:
+    """The last day per key and the latest requests, from the gateway's usage database."""
+    path = gateway_files(create=False).usage_db
+    if not path.is_file():
+        return {"by_key": [], "recent": []}
+    since = time.time() - USAGE_VIEW_S
+    return {"by_key": summary(path, "key", since), "recent": recent(path, RECENT_ROWS)}
 
 
 async def _discover_off_loop() -> dict[str, Backend]:

@@ -10,10 +10,9 @@ ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY` (the Anthropic SDK, ANTHROPIC_API_KEY)
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ from aiohttp.typedefs import Middleware
 
 from sm120.gateway.absorb import absorb, rewrites
 from sm120.gateway.access_log import LOGGED, AccessLog, HandedOver, RequestRecord
+from sm120.gateway.admission import Team, Unauthorized, refusal_body, refusal_headers
 from sm120.gateway.aliases import (
     Alias,
     AliasTable,
@@ -31,6 +31,8 @@ from sm120.gateway.aliases import (
     served_model,
 )
 from sm120.gateway.backends import Backend
+from sm120.gateway.keys import KeyEntry, KeyRing
+from sm120.gateway.limits import Refusal
 from sm120.gateway.panel import add_dashboard_for
 from sm120.gateway.relay import (
     BODY_READ_TIMEOUT_S,
@@ -196,14 +198,19 @@ def build_app(
     aliases: Iterable[Alias] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     access: AccessLog | None = None,
+    team: Team | None = None,
 ) -> web.Application:
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
-    prompt normaliser); None sends bodies as they came. `access`: the access log, if any."""
-    middlewares = [_no_retry_marker, _key_guard(api_key)]
+    prompt normaliser); None sends bodies as they came. `access`: the access log, if any.
+    `team`: the keys per person, their limits and usage (sm120.gateway.admission); None: the
+    admin key alone."""
+    team = team or Team(KeyRing(api_key, None))
+    middlewares = [_no_retry_marker, _key_guard(team)]
     if access is not None:
         middlewares.insert(0, _access_logged)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[ACCESS_LOG] = access
+    app[TEAM] = team
     app[HANDED_OVER] = HandedOver()
     app[SWAPPER] = swapper
     app[SESSION] = session
@@ -215,6 +222,7 @@ def build_app(
     app.router.add_get("/", _index)
     app.router.add_get("/health", _health)
     app.router.add_get("/v1/models", _models)
+    app.router.add_get("/metrics", _metrics)
     for path in protocol_paths().values():
         app.router.add_post(path, _forward)
     for method, path in RESPONSE_ID_PATHS:
@@ -224,16 +232,14 @@ def build_app(
 
 
 def guarded(path: str) -> bool:
-    """Everything a client can ask of a model needs the key; only /health does not."""
-    return path.startswith("/v1/") or path == "/v1" or protocol_for_path(path) is not None
-
-
-def presented_key(headers: Mapping[str, str]) -> bytes:
-    """The key a client sent: `Authorization: Bearer KEY` or Anthropic's `x-api-key: KEY`."""
-    authorization = headers.get("Authorization", "")
-    if authorization[:7].lower() == "bearer ":
-        return authorization[7:].strip().encode()
-    return headers.get("x-api-key", "").strip().encode()
+    """Everything a client can ask of a model needs a key, and /metrics the admin key; only
+    /health does not."""
+    return (
+        path.startswith("/v1/")
+        or path == "/v1"
+        or path == "/metrics"
+        or protocol_for_path(path) is not None
+    )
 
 
 @web.middleware
@@ -278,23 +284,30 @@ async def _no_retry_marker(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
-def _key_guard(api_key: str) -> Middleware:
-    expected = api_key.encode()
-
+def _key_guard(team: Team) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        # Constant time: how much of a guess matched must not show in the timing.
-        if guarded(request.path) and not hmac.compare_digest(
-            presented_key(request.headers), expected
-        ):
-            return openai_error(
-                401,
-                "missing or wrong API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
-                "authentication_error",
-            )
+        if not guarded(request.path):
+            return await handler(request)
+        # Every header as sent, repeats included: two credentials are refused, not picked from.
+        who = team.identify(request.headers.items())
+        if isinstance(who, Unauthorized):
+            return openai_error(401, who.message, "authentication_error")
+        if request.path == "/metrics" and not who.admin:
+            return openai_error(403, "/metrics takes the admin key", "permission_error")
+        request[KEY_ENTRY] = who
         return await handler(request)
 
     return guard
+
+
+def _entry(request: web.Request) -> KeyEntry:
+    return request[KEY_ENTRY]
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    text = request.app[TEAM].meter.render()
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
 # What `GET /` names: a person who opens the gateway's address finds where to go; nothing
@@ -339,12 +352,21 @@ class ModelsListing:
 
 
 MODELS_LISTING: web.AppKey[ModelsListing] = web.AppKey("models_listing", ModelsListing)
+TEAM: web.AppKey[Team] = web.AppKey("team", Team)
+# Who sent a request, once the guard has let it in.
+KEY_ENTRY: web.RequestKey[KeyEntry] = web.RequestKey("sm120.key", KeyEntry)
 
 
 async def _models(request: web.Request) -> web.Response:
     swapper = request.app[SWAPPER]
     backends = await swapper.discover()
     await swapper.observe(backends)
+    entry = _entry(request)
+    if entry.models is not None:
+        # A key held to some models sees those, and no aliases (built for it, not cached).
+        mine = _allowed(backends, entry)
+        listing = {"object": "list", "data": _model_entries(swapper, mine, alias_table(()))}
+        return web.json_response(listing)
     body = request.app[MODELS_LISTING].body(swapper, backends, request.app[ALIASES])
     return web.Response(body=body, content_type="application/json")
 
@@ -405,9 +427,15 @@ async def _forward(request: web.Request) -> web.StreamResponse:
         if len(table) != 1:
             return _no_model(sorted(table))
         model = next(iter(table))
+    entry = _entry(request)
     served, backend, backends = await routes.route(model, request.app[ALIASES])
-    if backend is None:
-        return _unknown_model(model, sorted(backends), request.app[ALIASES])
+    if backend is None or not entry.allows(served):
+        # A model the key may not use is answered as one that is not here: the same 404.
+        # Recorded under the served name, or "(unknown)": a client's made-up names must not
+        # grow the usage tables and the metrics' label sets without bound.
+        named = served if backend is not None else "(unknown)"
+        request.app[TEAM].refusal_recorded(entry, named, protocol, 404)
+        return _unknown_model_for(entry, model, backends, request.app[ALIASES])
     if logged is not None:
         logged.deployment = backend.deployment
     refusal = _unserved(protocol, request.path, backend)
@@ -439,13 +467,49 @@ async def _forward(request: web.Request) -> web.StreamResponse:
         if exc.retry_after is not None:
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
+    team = request.app[TEAM]
+    ticket = team.admit(entry, backend.deployment, backend.max_num_seqs, served, protocol, parsed)
+    if isinstance(ticket, Refusal):
+        return _refused(team, protocol, ticket, entry, served)
+    if not team.take_turn(ticket):
+        no_turn = await team.wait_turn(ticket)
+        if no_turn is not None:
+            return _refused(team, protocol, no_turn, entry, served)
     swapper.used(backend)
     swapper.in_flight[backend.deployment] += 1
+    answer: web.StreamResponse | None = None
     try:
-        return await relay(request, body, backend, request.app[SESSION], protocol)
+        answer = await relay(request, body, backend, request.app[SESSION], protocol, ticket.tap)
+        return answer
     finally:
         swapper.in_flight[backend.deployment] -= 1
+        # A client gone before the answer's head is 499, as nginx logs it.
+        team.finish(ticket, answer.status if answer is not None else ticket.tap.status or 499)
         routes.renew_if_stale()
+
+
+def _refused(
+    team: Team, protocol: str, refusal: Refusal, entry: KeyEntry, model: str
+) -> web.Response:
+    team.refusal_recorded(entry, model, protocol, 429)
+    return web.Response(
+        status=429, body=refusal_body(protocol, refusal, entry.name),
+        headers=refusal_headers(refusal), content_type="application/json", charset="utf-8",
+    )  # fmt: skip
+
+
+def _allowed(backends: dict[str, Backend], entry: KeyEntry) -> dict[str, Backend]:
+    if entry.models is None:
+        return backends
+    return {model: b for model, b in backends.items() if entry.allows(model)}
+
+
+def _unknown_model_for(
+    entry: KeyEntry, model: str, backends: dict[str, Backend], aliases: AliasTable
+) -> web.Response:
+    """What a key may see: its own models, and the aliases only for a key without a list."""
+    visible = sorted(_allowed(backends, entry))
+    return _unknown_model(model, visible, aliases if entry.models is None else alias_table(()))
 
 
 async def _read_body(request: web.Request) -> bytes | web.Response:

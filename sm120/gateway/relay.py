@@ -17,6 +17,7 @@ from aiohttp import web
 from sm120.gateway.absorb import EXPLAIN_RESPONSE_STORE, no_store_message
 from sm120.gateway.access_log import LOGGED
 from sm120.gateway.backends import Backend
+from sm120.gateway.usage import Tap
 
 # A backend that is down refuses at once; one that is wedged must not hang the client.
 CONNECT_TIMEOUT_S = 3.0
@@ -112,7 +113,9 @@ async def relay(
     backend: Backend,
     session: aiohttp.ClientSession,
     protocol: str,
+    tap: Tap | None = None,
 ) -> web.StreamResponse:
+    """`tap` sees the answer's bytes go by (for the usage record)."""
     url = backend.base_url + request.path_qs
     response: web.StreamResponse | None = None
     try:
@@ -131,10 +134,14 @@ async def relay(
             # The engine's own 400 (a prompt too long, a bad tool schema) is as final as ours.
             response.headers.update(no_retry_headers(upstream.status))
             await response.prepare(request)
+            if tap is not None:
+                tap.status = upstream.status
             logged = request.get(LOGGED)
             if logged is not None and logged.first_byte is None:
                 logged.first_byte = time.monotonic()
             async for chunk in upstream.content.iter_any():
+                if tap is not None:
+                    tap.seen(chunk)
                 await response.write(chunk)
             await response.write_eof()
             return response

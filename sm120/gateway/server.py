@@ -17,9 +17,11 @@ from aiohttp import web
 from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
 from sm120.engine.secrets import read_api_key
+from sm120.engine.state import private_dir
 from sm120.gateway import proxy
 from sm120.gateway.access_log import AccessLog
 from sm120.gateway.actions import EngineActions
+from sm120.gateway.admission import Team
 from sm120.gateway.aliases import as_table
 from sm120.gateway.backends import Backend, discover
 from sm120.gateway.config import GatewayConfig
@@ -31,10 +33,13 @@ from sm120.gateway.files import (
     save_address,
 )
 from sm120.gateway.front import serving_front
+from sm120.gateway.keys import KeyRing, KeyStore
 from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
+from sm120.gateway.requestlog import RequestLog
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import SwapActions, Swapper, SwapPolicy
+from sm120.gateway.usage import Record, UsageWriter
 
 
 class GatewayRunning(SM120Error):
@@ -130,7 +135,8 @@ async def _serve(
         swapper = Swapper(policy, actions, discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
         logged = access if config.access_log else None
-        app = build_app(api_key, swapper, session, config.aliases, rewrite, logged)
+        team = team_of(config, files, api_key, loop)
+        app = build_app(api_key, swapper, session, config.aliases, rewrite, logged, team)
         runner = app_runner(app)
         await runner.setup()
         try:
@@ -153,6 +159,30 @@ async def _serve(
             await runner.cleanup()
             access.event("stop", pid=os.getpid())
             access.flush()
+            if team.usage is not None:
+                await asyncio.to_thread(team.usage.close)
+
+
+def team_of(
+    config: GatewayConfig, files: GatewayFiles, api_key: str, loop: asyncio.AbstractEventLoop
+) -> Team:
+    """The keys (the store in the gateway's folder, the admin key), and the usage writer,
+    whose parsed records hop back onto the loop (limits and counters live there)."""
+    ring = KeyRing(api_key, KeyStore(files.root))
+    log = None
+    if config.request_log:
+        private_dir(files.request_log.parent)
+        log = RequestLog(files.request_log)
+    writer = UsageWriter(files.usage_db if config.record_usage else None, request_log=log)
+    team = Team(ring, writer)
+
+    def hop(record: Record) -> None:
+        loop.call_soon_threadsafe(team.recorded, record)
+
+    writer.on_record = hop
+    team.meter.dropped = lambda: writer.dropped
+    writer.start()
+    return team
 
 
 class LoggedActions:

@@ -60,6 +60,7 @@ _LEADING = {
     ("test",): ["core"],
     ("eval", "gsm8k"): [],
     ("tune",): ["tiny"],
+    ("gateway", "keys", "add"): ["ann"],
 }
 
 

@@ -285,3 +285,27 @@ def test_relaunch_without_a_launch_record_refuses_before_stopping() -> None:
         "nothing was stopped (hint: relaunch it with 'sm120 launch <recipe> --name dep-m')",
     )
     assert actions.done == []
+
+
+def test_the_usage_view_needs_the_key_and_reads_the_gateways_usage(
+    isolated_home: Any,
+) -> None:
+    from sm120.gateway.files import gateway_files
+    from sm120.gateway.usage import Record, connect, insert
+
+    db = connect(gateway_files().usage_db, create=True)
+    insert(db, [Record("ann<script>", "m", "chat", 200, 0.0, prompt_tokens=7, ttft_ms=12.0)])
+    db.close()
+    assert _ask("GET", "/dashboard/api/usage", key=False)[0] == 401
+    status, _, body = _ask("GET", "/dashboard/api/usage")
+    data = json.loads(body)
+    assert status == 200
+    # Data, never markup: the page puts each value in as text (static/usage.js).
+    assert [(r["key"], r["requests"], r["prompt_tokens"]) for r in data["by_key"]] == [
+        ("ann<script>", 1, 7)
+    ]
+    assert [(r["key"], r["status"], r["ttft_ms"]) for r in data["recent"]] == [
+        ("ann<script>", 200, 12.0)
+    ]
+    script = _ask("GET", "/dashboard/static/usage.js", key=False)[2]
+    assert "textContent" in script and "innerHTML" not in script

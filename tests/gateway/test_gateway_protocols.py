@@ -16,7 +16,8 @@ import pytest
 from sm120.gateway import backends as backends_module
 from sm120.gateway.aliases import Alias, AliasError, load_alias_file, merged, parse_alias
 from sm120.gateway.backends import Backend, discover
-from sm120.gateway.proxy import MAX_BODY_BYTES, presented_key
+from sm120.gateway.keys import AMBIGUOUS, presented_credential
+from sm120.gateway.proxy import MAX_BODY_BYTES
 from sm120.gateway.swap import SwapPolicy
 from sm120.recipe.endpoints import engine_protocols, protocol_for_path
 from tests.fakes.gateway import GATEWAY_KEY, FakeActions, backend, exchange, running_gateway
@@ -71,10 +72,32 @@ def test_tokenize_needs_the_key_though_it_is_outside_v1() -> None:
     )
 
 
-def test_presented_key_reads_bearer_case_insensitively_and_x_api_key() -> None:
-    assert presented_key({"Authorization": "bearer k1"}) == b"k1"
-    assert presented_key({"x-api-key": " k2 "}) == b"k2"
-    assert presented_key({}) == b""
+def test_presented_credential_reads_bearer_case_insensitively_and_x_api_key() -> None:
+    assert presented_credential([("Authorization", "bearer k1")]) == b"k1"
+    assert presented_credential([("x-api-key", " k2 ")]) == b"k2"
+    assert presented_credential([("Authorization", ""), ("x-api-key", "k2")]) == b"k2"
+    assert presented_credential([]) == b""
+    # One key sent in both headers is one credential; two keys are none.
+    assert presented_credential([("Authorization", "Bearer k"), ("x-api-key", "k")]) == b"k"
+    assert presented_credential([("authorization", "Bearer k"), ("Authorization", "Bearer x")]) is (
+        AMBIGUOUS
+    )
+    assert presented_credential([("Authorization", "Basic k"), ("x-api-key", "k")]) is AMBIGUOUS
+    assert presented_credential([("Authorization", "Basic k")]) == b""
+
+
+def test_two_different_credentials_are_refused_however_they_come() -> None:
+    with FakeOpenAIServer(model="a") as fake:
+        fake.default_reply = Reply(content="hello")
+        table = {"a": backend("a", fake.url)}
+        body = {**CHAT, "model": "a"}
+        both = {"Authorization": "Bearer wrong", "x-api-key": GATEWAY_KEY}
+        status, raw = run(_send(table, "/v1/chat/completions", both, json=body))
+    assert status == 401
+    assert json.loads(raw)["error"]["message"] == (
+        "two different credentials in one request (send one key, in "
+        "'Authorization: Bearer KEY' or 'x-api-key: KEY')"
+    )
 
 
 def test_messages_and_tokenize_are_routed_by_model_and_sent_the_backends_key() -> None:

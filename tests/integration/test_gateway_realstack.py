@@ -397,6 +397,117 @@ def test_tokenize_is_routed_by_model_and_needs_the_key(stack: dict[str, Any]) ->
     assert counted.status_code == 200 and counted.json()["count"] > 0
 
 
+def _add_key(stack: dict[str, Any], name: str, *options: str) -> str:
+    added = sm120(Path(stack["home"]), "gateway", "keys", "add", name, *options)
+    assert added.returncode == 0, added.stderr
+    return added.stdout.strip()
+
+
+def _until_refused(make_call: Any, error: type[Exception], timeout: float = 5.0) -> None:
+    """The running gateway re-reads its key store within a second of a change."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            make_call()
+        except error:
+            return
+        assert time.monotonic() < deadline, "the change never took effect"
+        time.sleep(0.2)
+
+
+def test_two_keys_one_held_to_a_model_one_to_a_rate_through_the_official_sdks(
+    stack: dict[str, Any],
+) -> None:
+    import anthropic
+    import openai
+
+    held = _add_key(stack, "held", "--models", "tiny-a")
+    rated = _add_key(stack, "rated", "--rpm", "2")
+    time.sleep(0.7)  # the store is looked at twice a second
+    client = _openai(stack, held)
+    answered = client.chat.completions.create(model="tiny-a", messages=ASK, max_tokens=4)
+    assert answered.usage is not None and answered.usage.prompt_tokens > 0
+    with pytest.raises(openai.NotFoundError) as other:
+        client.chat.completions.create(model="tiny-b", messages=ASK, max_tokens=4)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="no-such-model", messages=ASK, max_tokens=4)
+    # The same 404 as a model that is not there, naming only what the key may use.
+    assert other.value.status_code == missing.value.status_code == 404
+    assert str(other.value).endswith("model 'tiny-b' is not served here; models: tiny-a")
+    assert str(missing.value).endswith("model 'no-such-model' is not served here; models: tiny-a")
+    assert [m.id for m in client.models.list()] == ["tiny-a"]
+    # The rate-limited key, with the Anthropic SDK (x-api-key) and a stream: two per minute.
+    limited = _anthropic(stack, api_key=rated)
+    for _ in range(2):
+        with limited.messages.stream(model="tiny-b", max_tokens=4, messages=ASK) as stream:
+            assert stream.get_final_message().usage.output_tokens > 0
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        limited.messages.create(model="tiny-b", max_tokens=4, messages=ASK)
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    assert "rate_limit_error" in str(refused.value.body)
+    with pytest.raises(openai.RateLimitError) as refused_openai:
+        _openai(stack, rated).chat.completions.create(model="tiny-b", messages=ASK, max_tokens=4)
+    assert "rate_limit_exceeded" in str(refused_openai.value.body)
+    # Usage, by key, from the engine's own usage in each answer (the writer runs behind).
+    deadline = time.monotonic() + 10
+    while True:
+        listed = sm120(Path(stack["home"]), "gateway", "usage", "--by", "key", "--json")
+        rows = {row["key"]: row for row in json.loads(listed.stdout or "[]")}
+        if rows.get("rated", {}).get("requests") == 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert rows["held"]["requests"] == 3 and rows["held"]["errors"] == 2
+    assert rows["held"]["prompt_tokens"] == answered.usage.prompt_tokens
+    # Refusals are recorded too: two answered, two refused.
+    assert rows["rated"]["requests"] == 4 and rows["rated"]["errors"] == 2
+    assert rows["rated"]["completion_tokens"] > 0
+    metrics = httpx.get(f"{stack['gateway']}/metrics", headers=_auth(stack["key"]), timeout=10)
+    assert 'sm120_gateway_refused_total{key="rated",reason="rpm"} 2' in metrics.text
+    assert 'sm120_gateway_requests_total{key="held",model="tiny-a",status="200"} 1' in metrics.text
+
+
+def test_revoke_and_rotate_take_effect_without_a_restart(stack: dict[str, Any]) -> None:
+    import openai
+
+    old = _add_key(stack, "turner")
+    time.sleep(0.7)
+    ask = {"model": "tiny-a", "messages": ASK, "max_tokens": 2}
+    assert _openai(stack, old).chat.completions.create(**ask).choices
+    rotated = sm120(Path(stack["home"]), "gateway", "keys", "rotate", "turner")
+    new = rotated.stdout.strip()
+    _until_refused(lambda: _openai(stack, old).chat.completions.create(**ask),
+                   openai.AuthenticationError)  # fmt: skip
+    assert _openai(stack, new).chat.completions.create(**ask).choices
+    assert sm120(Path(stack["home"]), "gateway", "keys", "revoke", "turner").returncode == 0
+    _until_refused(lambda: _openai(stack, new).chat.completions.create(**ask),
+                   openai.AuthenticationError)  # fmt: skip
+
+
+def test_two_credentials_are_refused_on_both_paths(stack: dict[str, Any]) -> None:
+    body = json.dumps({**CHAT, "model": "tiny-a"}).encode()
+    key = stack["key"]
+    doubled = [
+        [("Authorization", f"Bearer {key}"), ("Authorization", "Bearer wrong")],
+        [("Authorization", "Bearer wrong"), ("x-api-key", key)],
+    ]
+    before = httpx.get(f"{stack['gateway']}/health", timeout=10).json()["fast_path"]
+    for headers in doubled:
+        sent = [*headers, ("Content-Type", "application/json")]
+        # The fast path hands them over; the application refuses them.
+        answer = httpx.post(f"{stack['gateway']}/v1/chat/completions", content=body,
+                            headers=sent, timeout=30)  # fmt: skip
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["error"]["message"].startswith("two different credentials")
+        # And straight at the application (a chunked body is never the fast path's).
+        chunked = httpx.post(f"{stack['gateway']}/v1/chat/completions", content=iter([body]),
+                             headers=sent, timeout=30)  # fmt: skip
+        assert chunked.status_code == 401
+        assert chunked.json()["error"]["message"].startswith("two different credentials")
+    after = httpx.get(f"{stack['gateway']}/health", timeout=10).json()["fast_path"]
+    # The four, and the GET /health that reads the count (the application answers it too).
+    assert after["handed_over"] - before["handed_over"] == 5
+
+
 # The Responses conformance set and the real clients, on these engines (before the tests
 # that kill and swap them).
 from tests.integration.agent_protocol import (  # noqa: E402
