@@ -193,4 +193,6 @@ def test_entrypoint_prints_the_plans_warnings(image_files: dict[str, Path]) -> N
     image_files["manifest"].write_text(json.dumps(_manifest("dsv4", ("pr41834",))))
     result = entrypoint(image_files, {"RECIPE": "dsv4", "VARIANT": "nvfp4"})
     assert result.returncode == 0, result.stderr
-    assert result.stderr.startswith("sm120: warning [F24]: ")
+    warned = [line.split("]:")[0] for line in result.stderr.splitlines()]
+    # F40/F41 (coding agents on this fork, whose release order is unknown) come first.
+    assert warned == ["sm120: warning [F40", "sm120: warning [F41", "sm120: warning [F24"]

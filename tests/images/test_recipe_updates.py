@@ -141,8 +141,7 @@ def _image_rows(out: str) -> list[dict[str, Any]]:
 
 EXPECTED = [
     "dsv4 (default)           image voipmonitor/vllm:infernal-invocation-vllm7ed814e-b12x5d648d9-"
-    "fi1ac6942-cu133-torch213-20260813-r7  tags not comparable: the pinned tag is not a version "
-    "or a dated build",
+    "fi1ac6942-cu133-torch213-20260813-r7  no newer build",
     f"dsv4 (pr41834)           git   {GIT}  not watched: engine built from a git ref: "
     "compare by hand (pinned commit c766cbc6ff)",
     f"dsv4 (dspark)            image ghcr.io/local-inference-lab/vllm:{GLM53_TAG}  "

@@ -78,7 +78,7 @@ def test_env_file_and_environment_spellings_match_set() -> None:
     ("sets", "message"),
     [
         (("kv_tier.backend=lmcache",), "kv_tier.cpu_gib: Field required"),
-        (("kv_tier.cpu_gib=0",), "kv_tier.cpu_gib: Input should be greater than 0"),
+        (("kv_tier.cpu_gib=0",), "kv_tier.cpu_gib: Input should be greater than or equal to 0.125"),
         (
             ("kv_tier.cpu_gib=8", "kv_tier.disk_path=/nvme/kv", "kv_tier.disk_gib=10"),
             "a disk tier needs backend lmcache",
