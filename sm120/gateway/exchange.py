@@ -46,15 +46,19 @@ class Exchange:
         *,
         bounded: bool = True,
         head_request: bool = False,
+        marks_no_retry: bool = True,
     ) -> None:
         """`route_miss`: the answer that replaces an engine's web-framework 404 (None: every
         404 passes, as the application's own do); `bounded`: the other side may be silent
-        READ_TIMEOUT_S at most (not for the application, which keeps its own bounds)."""
+        READ_TIMEOUT_S at most (not for the application, which keeps its own bounds);
+        `marks_no_retry`: an answer a retry cannot change gets `x-should-retry: false` here
+        (not the application's, which carry it already)."""
         self.client = client
         self._tap = tap  # sees the answer go by, for the usage record
         self.upstream = upstream
         self.deployment = deployment
         self._route_miss = route_miss
+        self._marks_no_retry = marks_no_retry
         self.framing = ResponseFraming(no_body=head_request)
         self.outcome: str | None = None
         self._finished = finished
@@ -118,7 +122,7 @@ class Exchange:
             self._forwarded = True
             part = bytes(self._held)
             self._held.clear()
-            if status in NO_RETRY_STATUSES:
+            if self._marks_no_retry and status in NO_RETRY_STATUSES:
                 part = with_no_retry(part)
         self.client.send(part)
         if self._tap is not None:

@@ -650,7 +650,7 @@ class FrontConnection(asyncio.Protocol):
 
         self._exchange = Exchange(
             self, upstream, sent, "", None, finished,
-            bounded=False, head_request=request.head.method == "HEAD",
+            bounded=False, head_request=request.head.method == "HEAD", marks_no_retry=False,
         )  # fmt: skip
 
 

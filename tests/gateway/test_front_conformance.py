@@ -232,3 +232,13 @@ def test_a_closed_connections_parser_is_freed_at_once_not_at_the_next_gc() -> No
         assert run(scenario())
     finally:
         gc.enable()
+
+
+def test_an_answer_of_the_application_says_x_should_retry_once() -> None:
+    """The application marks its own answers; the front, which marks an engine's, must not
+    mark them again (two headers read as 'false, false' to the SDKs)."""
+    answer, _, handed_over = run(send_raw(request(CHAT, key="wrong", extra="Connection: close\r\n"),
+                                          Engine()))  # fmt: skip
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    assert answer.startswith(b"HTTP/1.1 401") and handed_over == 1
+    assert head.count(b"x-should-retry: false") == 1
