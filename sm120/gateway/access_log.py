@@ -25,6 +25,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from sm120.gateway.rotation import rotate_if_full
+
 ROTATE_BYTES = 8 * 1024 * 1024
 KEPT_FILES = 3
 FLUSH_EVERY_S = 0.5
@@ -132,25 +134,11 @@ class AccessLog:
         text = "\n".join(self._pending) + "\n"
         self._pending.clear()
         with contextlib.suppress(OSError):  # a full disk must not take the gateway down
-            self._rotate_if_full(len(text))
+            rotate_if_full(self.path, len(text), ROTATE_BYTES, KEPT_FILES)
             # Private like the rest of the gateway's folder: it names who called, and when.
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a", encoding="ascii", errors="replace") as out:
                 out.write(text)
-
-    def _rotate_if_full(self, adding: int) -> None:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return
-        if size + adding <= ROTATE_BYTES:
-            return
-        for index in range(KEPT_FILES - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{index}")
-            if older.exists():
-                older.replace(self.path.with_name(f"{self.path.name}.{index + 1}"))
-        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        self.path.with_name(f"{self.path.name}.{KEPT_FILES + 1}").unlink(missing_ok=True)
 
 
 def address_text(peer: object) -> str:

@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from sm120.gateway.rotation import rotate_if_full
+
 MAX_LOG_BYTES = 16 << 20
 KEPT_FILES = 3
 FORMAT_VERSION = 1
@@ -106,27 +108,12 @@ class RequestLog:
 
     def write(self, row: dict[str, Any]) -> None:
         line = (json.dumps(row, separators=(",", ":")) + "\n").encode()
-        self._rotate_if_full(len(line))
+        rotate_if_full(self.path, len(line), self.max_bytes, self.kept)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-    def _rotate_if_full(self, adding: int) -> None:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return
-        if size + adding <= self.max_bytes:
-            return
-        for n in range(self.kept - 1, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{n}")
-            if older.exists():
-                older.replace(self.path.with_name(f"{self.path.name}.{n + 1}"))
-        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        oldest = self.path.with_name(f"{self.path.name}.{self.kept + 1}")
-        oldest.unlink(missing_ok=True)
 
 
 def log_files(path: Path, kept: int = KEPT_FILES) -> list[Path]:
