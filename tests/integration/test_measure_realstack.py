@@ -258,11 +258,32 @@ def test_eval_dry_run_uses_the_served_checkpoint(served: dict[str, Any], tiny_mo
     assert f"base_url=http://127.0.0.1:{served['port']}/v1/completions" in result.stdout
 
 
-def test_agent_session_protocol_and_prefix_reuse(served: dict[str, Any]) -> None:
-    """Two turns of the agent session on both APIs (all that fits the fixture's 1,024-token
-    context): every answer's protocol is checked, the tool forced and marked strict (random
-    weights choose no tool); turn 2 answers turn 1's call, so its prompt starts with turn 1's
-    and vLLM's counters must show the cache serving it."""
+@pytest.fixture(scope="module")
+def served_agent(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model: Path
+) -> Iterator[dict[str, Any]]:
+    """The agent quickstart's deployment (tiny -V agent), at 4,096 tokens: tiny's template
+    renders the session's four tools into the prompt, which the default 1,024 cannot hold."""
+    home = tmp_path_factory.mktemp("home-agent")
+    port = free_port()
+    launched = sm120(
+        home, "launch", "tiny", "-V", "agent", "--port", str(port),
+        "--model-dir", str(tiny_model), "--set", "max-model-len=4096", "--no-monitor",
+        timeout=1500,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    try:
+        yield {"home": home, "port": port}
+    finally:
+        sm120(home, "stop")
+
+
+def test_agent_session_protocol_and_prefix_reuse(served_agent: dict[str, Any]) -> None:
+    """Two turns of the agent session on both APIs: every answer's protocol is checked, the
+    tool forced and marked strict (random weights choose no tool); turn 2 answers turn 1's
+    call, so its prompt starts with turn 1's and vLLM's counters must show the cache serving
+    it."""
+    served = served_agent
     code, data, err = run_json(
         served["home"], "test", "agent", "--turns", "2", "--max-tokens", "32"
     )
