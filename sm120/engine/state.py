@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -66,6 +67,45 @@ def deployment_dir(name: str) -> Path:
     path = deployments_root() / check_deployment_name(name)
     private_dir(path)
     return path
+
+
+# A unix socket's path must fit sockaddr_un (108 bytes with its NUL, Linux).
+SOCKET_PATH_MAX = 107
+SOCKET_FOLDER = "engine-socket"
+SOCKET_NAME = "api.sock"
+
+
+def engine_socket_path(name: str) -> Path:
+    """Where a warded deployment's engine listens: a socket in a 0700 folder of its own, so
+    that only this user (sm120) can connect. A state tree too deep for a socket's path gets
+    the folder under /tmp/sm120-UID instead, named by a hash of the deployment's folder."""
+    folder = deployment_dir(name) / SOCKET_FOLDER
+    if len(os.fsencode(folder / SOCKET_NAME)) > SOCKET_PATH_MAX:
+        digest = hashlib.sha256(os.fsencode(deployment_path(name).resolve())).hexdigest()[:16]
+        folder = _private_tmp() / digest
+    folder.mkdir(mode=0o700, exist_ok=True)
+    _refuse_foreign(folder)
+    return folder / SOCKET_NAME
+
+
+def _private_tmp() -> Path:
+    base = Path(tempfile.gettempdir()) / f"sm120-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    _refuse_foreign(base)
+    return base
+
+
+def _refuse_foreign(folder: Path) -> None:
+    """A socket folder someone else made, or one others can enter, would let them at the
+    engine: refused rather than used."""
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise StateError(
+            f"{folder} is not a folder of this user's",
+            hint=f"remove it (rm -r {folder}); sm120 makes its own socket folder there",
+        )
+    if info.st_mode & 0o077:
+        folder.chmod(0o700)
 
 
 def refuse_home_file() -> Path:
@@ -134,6 +174,10 @@ class DeploymentState:
     # a pid alone may by now belong to another program. None in files of older versions.
     supervisor_start: int | None = None
     engine_start: int | None = None
+    # Where the engine itself listens when sm120's ward holds the deployment's port (a unix
+    # socket in a 0700 folder, sm120.engine.ward): only sm120 reaches the engine there. None:
+    # the engine listens on host:port itself (an engine ref with no unix socket).
+    engine_socket: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
@@ -186,6 +230,7 @@ _FIELD_RULES: dict[str, tuple[Any, str]] = {
     "container_id": (lambda v: v is None or isinstance(v, str), "null or a container id"),
     "supervisor_start": (lambda v: v is None or (_is_int(v) and v >= 0), "null or clock ticks"),
     "engine_start": (lambda v: v is None or (_is_int(v) and v >= 0), "null or clock ticks"),
+    "engine_socket": (lambda v: v is None or _text(v), "null or a socket path"),
 }
 
 

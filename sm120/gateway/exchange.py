@@ -20,7 +20,7 @@ from sm120.gateway.relay import (
 )
 from sm120.gateway.upstream import UpstreamConnection
 from sm120.gateway.usage import Tap
-from sm120.gateway.wire import FramingError, RequestHead, ResponseFraming
+from sm120.server.framing import FramingError, RequestHead, ResponseFraming
 
 # How an exchange ended.
 ANSWERED = "answered"  # the whole answer reached the client

@@ -37,10 +37,10 @@ from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
 from sm120.gateway.keys import KeyEntry
 from sm120.gateway.limits import Refusal as LimitRefusal
-from sm120.gateway.reader import Refusal, Request, RequestReader
+from sm120.server.request_reader import Refusal, Request, RequestReader
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, error_bytes, route_miss_message
 from sm120.gateway.upstream import UpstreamConnection, UpstreamPool, engine_address
-from sm120.gateway.wire import RequestHead
+from sm120.server.framing import RequestHead
 from sm120.recipe.endpoints import protocol_paths
 
 # Where the full application listens: an abstract unix socket name, or (host, port).
@@ -245,7 +245,7 @@ class InternalConnection(UpstreamConnection):
 
 class FrontConnection(asyncio.Protocol):
     """One client connection. Every byte the client sends goes through one strict parser
-    (sm120.gateway.reader); its requests are served one at a time in the order sent, each on
+    (sm120.server.request_reader); its requests are served one at a time in the order sent, each on
     the fast path where it can be, else by the application over an internal socket, the
     application's answer followed to its end as an engine's is. A request that does not parse
     is answered here and ends the connection."""

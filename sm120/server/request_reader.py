@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httptools
 
-from sm120.gateway.wire import MAX_HEAD_BYTES, RequestHead
+from sm120.server.framing import MAX_HEAD_BYTES, RequestHead
 
 # The target: RFC 3986 characters only (printable ASCII, no space); llhttp lets bytes
 # >= 0x80 through in its default mode.

@@ -1,5 +1,5 @@
 """HTTP/1.1 on the wire, as the gateway's front reads it: a request head as parsed (by
-sm120.gateway.reader), and where an answer ends in a stream of bytes passed on untouched
+sm120.server.request_reader), and where an answer ends in a stream of bytes passed on untouched
 (Content-Length, chunked, or the close of the connection)."""
 
 from __future__ import annotations
