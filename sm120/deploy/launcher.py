@@ -36,11 +36,18 @@ from sm120.engine.find import runtime_for
 from sm120.engine.log_capture import start_fresh_log
 from sm120.engine.runtime.base import LaunchSpec, Runtime
 from sm120.engine.secrets import ensure_api_key, read_api_key
-from sm120.engine.state import DeploymentState, deployment_dir, deployment_lock, load_state
+from sm120.engine.state import (
+    DeploymentState,
+    deployment_dir,
+    deployment_lock,
+    engine_socket_path,
+    load_state,
+)
 from sm120.engine.tiny_model import ensure_tiny_model
 from sm120.logs.phases import PhaseUpdate
 from sm120.measure.target import save_plan
 from sm120.plan.resolve import LaunchPlan
+from sm120.plan.ward import ward_route
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.server.client import ServerClient, smoke_test
@@ -272,13 +279,32 @@ def start_spec(
 ) -> LaunchSpec:
     key_file = ensure_api_key(options.name, options.api_key)
     env = {**render_env(plan, api_key=read_api_key(str(key_file))), **(extra_env or {})}
+    socket = warded_socket(plan, options.name)
     return LaunchSpec.for_plan(
         plan,
         name=options.name,
-        argv=tuple(render_argv(plan, python=python)),
+        argv=tuple(render_argv(plan, python=python, uds=socket)),
         env=env,
         api_key_file=str(key_file),
+        engine_socket=socket,
     )
+
+
+# SM120_WARD=off leaves every engine on its port, as before the ward (for debugging an
+# engine's own routes on a box nobody else uses).
+WARD_SETTING = "SM120_WARD"
+
+
+def ward_wanted() -> bool:
+    return os.environ.get(WARD_SETTING, "on").strip().lower() not in ("off", "0", "no", "false")
+
+
+def warded_socket(plan: LaunchPlan, deployment: str) -> str | None:
+    """The unix socket a warded engine listens on (sm120.plan.ward), or None when the engine
+    keeps its port (an engine ref that cannot, or SM120_WARD=off)."""
+    if not ward_wanted() or not ward_route(plan).warded:
+        return None
+    return str(engine_socket_path(deployment))
 
 
 def _prepare(

@@ -175,7 +175,9 @@ def load_launch_spec(path: Path, api_key: str | None) -> LaunchSpec | None:
 
 
 _SPEC_TEXT = ("name", "recipe", "host", "plan_hash", "served_model_name")
-_SPEC_TEXT_OR_NONE = ("model_dir", "api_key_file", "engine", "engine_version")
+_SPEC_TEXT_OR_NONE = (
+    "model_dir", "api_key_file", "engine", "engine_version", "engine_socket"
+)  # fmt: skip
 
 
 def _spec_types_hold(data: dict[str, Any]) -> bool:

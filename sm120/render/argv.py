@@ -49,10 +49,12 @@ def render_argv(
     python: str | None = None,
     container_model_dir: str | None = None,
     bind_host: str | None = None,
+    uds: str | None = None,
 ) -> list[str]:
     """The full engine command. `python` replaces the image's interpreter (native runtime);
     `bind_host` replaces the plan's host (inside a container the engine listens on all
-    interfaces and the published port carries the plan's address)."""
+    interfaces and the published port carries the plan's address); `uds` replaces the
+    address with a unix socket (a warded engine, sm120.plan.ward: its port is the ward's)."""
     if plan.launcher is not None:
         # the image's own entrypoint: its knobs carry the model, address and flags
         # (render/launcher.py), so there is no interpreter to swap and nothing to append
@@ -66,14 +68,11 @@ def render_argv(
         argv = [interpreter, "-m", SGLANG_MODULE, "--model-path", location]
     if hub and plan.model.revision:
         argv += ["--revision", plan.model.revision]
-    argv += [
-        "--served-model-name",
-        plan.model.served_name,
-        "--host",
-        bind_host or plan.host,
-        "--port",
-        str(plan.port),
-    ]
+    argv += ["--served-model-name", plan.model.served_name]
+    if uds is not None:
+        argv += ["--uds", uds]
+    else:
+        argv += ["--host", bind_host or plan.host, "--port", str(plan.port)]
     for name, value in plan.args:
         argv += _flag_tokens(plan.engine, name, value)
     return argv + kv_tier_argv(plan.kv_tier) + _exposed_server_flags(plan)

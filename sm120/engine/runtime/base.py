@@ -40,6 +40,9 @@ class LaunchSpec:
     # The engine and its build (the image's engine_version): what protocols it serves.
     engine: str = ""
     engine_version: str = ""
+    # A warded engine's unix socket (sm120.plan.ward): the engine listens there only and
+    # sm120's ward holds host:port. None: the engine listens on host:port itself.
+    engine_socket: str | None = None
 
     @classmethod
     def for_plan(
@@ -51,6 +54,7 @@ class LaunchSpec:
         env: Mapping[str, str],
         api_key_file: str,
         container: Mapping[str, Any] | None = None,
+        engine_socket: str | None = None,
     ) -> LaunchSpec:
         """The spec that starts `plan` as deployment `name`, natively or in a container: what
         the plan says of itself, and how this runtime runs it."""
@@ -68,6 +72,7 @@ class LaunchSpec:
             container=container,
             engine=plan.engine,
             engine_version=plan.image.engine_version,
+            engine_socket=engine_socket,
         )
 
     def started(
@@ -103,6 +108,7 @@ class LaunchSpec:
             served_model_name=self.served_model_name,
             model_dir=self.model_dir,
             api_key_file=self.api_key_file,
+            engine_socket=self.engine_socket,
         )
 
 

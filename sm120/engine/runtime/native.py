@@ -10,6 +10,7 @@ provably theirs (sm120.engine.runtime.processes): a stale state file never hurts
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from sm120.engine.runtime.processes import (
     start_ticks,
 )
 from sm120.engine.state import DeploymentState, deployment_dir, load_state, private_dir, save_state
+from sm120.engine.ward import WARD_MODULE, ward_argv
 
 SUPERVISOR_MODULE = "sm120.engine.runtime.supervise"
 EXIT_FILE = "exit.json"
@@ -39,6 +41,7 @@ SUPERVISOR_LOG = "supervise.log"
 POLL_INTERVAL = 0.05
 # The supervisor needs a moment to start the engine; the pid is a nicety, not a must.
 ENGINE_PID_WAIT = 2.0
+WARDED_ENGINE_PID_WAIT = 35.0
 # After SIGKILL only the kernel is left to act: this is just how long we watch it do so.
 KILL_GRACE = 5.0
 
@@ -87,7 +90,7 @@ class NativeRuntime(ExitFileAndLog):
         exit_file.unlink(missing_ok=True)
         started_at = time.time()
         supervisor = _spawn_supervisor(spec, log_path, exit_file)
-        engine_pid = _wait_for_engine_pid(supervisor)
+        engine_pid = _wait_for_engine_pid(supervisor, warded=spec.engine_socket is not None)
         state = spec.started(
             RUNTIME_NAME,
             started_at,
@@ -119,6 +122,9 @@ class NativeRuntime(ExitFileAndLog):
             signal_members(group, signal.SIGTERM, spare=group.pgid)
             if not _wait_until(lambda: not live_members(group), timeout):
                 _kill_group(group)
+        if state.engine_socket and not live_members(group):
+            # vLLM leaves its socket file behind; the next start would have to remove it.
+            Path(state.engine_socket).unlink(missing_ok=True)
         return self.exit_info(state)
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
@@ -129,7 +135,7 @@ class NativeRuntime(ExitFileAndLog):
         if running and group.engine is not None and group.engine.is_running():
             pid = group.engine.pid
         elif running and group.leader.is_running():
-            pid = find_child_pid(group.pgid)
+            pid = find_child_pid(group.pgid, skip=WARD_MODULE)
         # No end recorded and nothing of ours left: what the state names is someone else's.
         stale = exit_info is None and not running
         return RuntimeStatus(running=running, exit=exit_info, pid=pid, stale=stale)
@@ -172,17 +178,8 @@ def _never() -> bool:
 
 
 def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        SUPERVISOR_MODULE,
-        "--exit-file",
-        str(exit_file),
-        "--log",
-        str(log_path),
-        "--",
-        *spec.argv,
-    ]
+    argv = [sys.executable, "-m", SUPERVISOR_MODULE, "--exit-file", str(exit_file)]
+    argv += ["--log", str(log_path), *_ward_options(spec), "--", *spec.argv]
     private_dir(log_path.parent)
     # The supervisor writes the engine's output to log_path itself (rotated); its own
     # stdout/stderr only matter if it crashes, and that goes beside the log.
@@ -192,10 +189,23 @@ def _spawn_supervisor(spec: LaunchSpec, log_path: Path, exit_file: Path) -> subp
     return supervisor
 
 
-def _wait_for_engine_pid(supervisor: subprocess.Popen[bytes]) -> int | None:
-    deadline = time.monotonic() + ENGINE_PID_WAIT
+def _ward_options(spec: LaunchSpec) -> list[str]:
+    """The supervisor's --ward-command for a warded engine: the ward holds the port, the
+    engine listens on its socket (a stale one from a killed run is removed, or the engine's
+    bind would fail)."""
+    if spec.engine_socket is None:
+        return []
+    Path(spec.engine_socket).unlink(missing_ok=True)
+    command = ward_argv(sys.executable, spec.host, spec.port, spec.engine_socket,
+                        spec.api_key_file)  # fmt: skip
+    return ["--ward-command", json.dumps(command)]
+
+
+def _wait_for_engine_pid(supervisor: subprocess.Popen[bytes], *, warded: bool) -> int | None:
+    # A warded engine starts once its ward holds the port (up to the supervisor's bound).
+    deadline = time.monotonic() + (WARDED_ENGINE_PID_WAIT if warded else ENGINE_PID_WAIT)
     while time.monotonic() < deadline and supervisor.poll() is None:
-        pid = find_child_pid(supervisor.pid)
+        pid = find_child_pid(supervisor.pid, skip=WARD_MODULE)
         if pid is not None:
             return pid
         time.sleep(POLL_INTERVAL / 2)

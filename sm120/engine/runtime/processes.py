@@ -177,11 +177,23 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def find_child_pid(parent: int) -> int | None:
+def find_child_pid(parent: int, skip: str | None = None) -> int | None:
+    """The parent's first child; with `skip`, the first whose command line does not name it
+    (the supervisor of a warded engine starts the ward first)."""
     children = _children_from_task_files(parent)
     if not children:
         children = _children_from_stat_scan(parent)
+    if skip is not None:
+        children = [pid for pid in children if skip not in _command_line(pid)]
     return min(children) if children else None
+
+
+def _command_line(pid: int) -> str:
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 def _children_from_task_files(parent: int) -> list[int]:

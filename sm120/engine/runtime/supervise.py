@@ -1,6 +1,7 @@
 """Stay the engine's parent so that someone can record how it ended.
 
-Usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] -- ARGV...
+Usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG]
+           [--ward-command JSON] -- ARGV...
 
 The launcher returns while the engine keeps running, so only a process that stays the
 engine's parent can learn its exit status (a kill -9 of the engine included). This one
@@ -12,14 +13,21 @@ to LOG through sm120.engine.log_capture, rotated at 100 MB with a few backups ke
 engine's parent, it sees every byte, and it drains the pipe before recording the exit, so
 a reader that stops at the exit record has seen every line.
 
+With --ward-command (a JSON list: sm120.engine.ward's command) it first starts the ward that
+holds the deployment's port for an engine serving on a unix socket, waits until the ward says
+it listens, then starts the engine; a ward that dies while the engine runs is started again,
+and it is stopped once the engine has ended. The ward's errors go to LOG too.
+
 Standard library only (capture is too): it starts in front of every engine and must start
 fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -32,13 +40,21 @@ from types import FrameType
 
 from sm120.engine.log_capture import Capture, ProcessOutputSource, RotatingLogWriter
 
-USAGE = "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..."
+USAGE = (
+    "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] "
+    "[--ward-command JSON] -- ARGV..."
+)
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # What a shell reports when a command cannot be found or run.
 EXEC_FAILED = 127
 # After the engine exits, how long to keep reading output its leftover children still hold
 # open. Its own last lines are already in the pipe: this only bounds waiting for orphans.
 DRAIN_TIMEOUT_S = 3.0
+# The ward binds its port at once; a Python start on a loaded box can take seconds.
+WARD_READY_TIMEOUT_S = 30.0
+WARD_READY_LINE = b"ward listening on"
+WARD_RESTARTS = 5
+WARD_STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -46,17 +62,23 @@ class Arguments:
     exit_file: Path
     log: Path | None
     argv: list[str]
+    ward: list[str] | None = None
 
 
 def parse_args(args: list[str]) -> Arguments:
     options: dict[str, str] = {}
-    while args and args[0] in ("--exit-file", "--log") and len(args) >= 2:
+    while args and args[0] in ("--exit-file", "--log", "--ward-command") and len(args) >= 2:
         options[args[0]] = args[1]
         args = args[2:]
     if "--exit-file" not in options or len(args) < 2 or args[0] != "--":
         raise SystemExit(USAGE)
     log = options.get("--log")
-    return Arguments(Path(options["--exit-file"]), Path(log) if log else None, args[1:])
+    ward = None
+    if "--ward-command" in options:
+        ward = json.loads(options["--ward-command"])
+        if not isinstance(ward, list) or not ward or not all(isinstance(w, str) for w in ward):
+            raise SystemExit(USAGE)
+    return Arguments(Path(options["--exit-file"]), Path(log) if log else None, args[1:], ward)
 
 
 class SignalForwarder:
@@ -122,10 +144,16 @@ class OutputPump:
             self._thread.join(DRAIN_TIMEOUT_S)
 
 
-def run(exit_file: Path, argv: list[str], log: Path | None = None) -> int:
+def run(
+    exit_file: Path, argv: list[str], log: Path | None = None, ward: list[str] | None = None
+) -> int:
     forwarder = SignalForwarder()
     forwarder.install()
     pump = OutputPump(log) if log is not None else None
+    keeper = WardKeeper(ward, pump) if ward else None
+    if keeper is not None and not keeper.start():
+        write_exit_file(exit_file, exit_record(EXEC_FAILED))
+        return EXEC_FAILED
     try:
         child = _start_child(argv, pump)
     except OSError as exc:
@@ -133,12 +161,18 @@ def run(exit_file: Path, argv: list[str], log: Path | None = None) -> int:
         if pump is not None:
             pump.note(message)
         print(message, file=sys.stderr, flush=True)
+        if keeper is not None:
+            keeper.stop()
         write_exit_file(exit_file, exit_record(EXEC_FAILED))
         return EXEC_FAILED
     if pump is not None:
         pump.start(child.pid)
     forwarder.attach(child)
+    if keeper is not None:
+        keeper.watch(child)
     returncode = child.wait()
+    if keeper is not None:
+        keeper.stop()  # before the drain: the ward holds a write end of the log's pipe
     if pump is not None:
         pump.finish()
     write_exit_file(exit_file, exit_record(returncode))
@@ -154,9 +188,84 @@ def _start_child(argv: list[str], pump: OutputPump | None) -> subprocess.Popen[b
     return subprocess.Popen(argv, stdout=pump.write_fd, stderr=subprocess.STDOUT)
 
 
+class WardKeeper:
+    """The ward beside the engine: started first, started again if it dies while the engine
+    runs (WARD_RESTARTS times at most), stopped after it."""
+
+    def __init__(self, command: list[str], pump: OutputPump | None) -> None:
+        self.command = command
+        self.pump = pump
+        # Its own copy of the log pipe's write end: the pump closes the first once the
+        # engine holds it, and a ward started again later still writes its errors there.
+        self.stderr_fd = os.dup(pump.write_fd) if pump is not None else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self._lock = threading.Lock()
+
+    def _note(self, text: str) -> None:
+        if self.pump is not None:
+            self.pump.note(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def start(self) -> bool:
+        """Start the ward and wait until it holds the port; False (said in the log) if not."""
+        try:
+            process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self.stderr_fd)
+        except OSError as exc:
+            self._note(f"sm120 supervise: cannot start the ward: {exc}")
+            return False
+        assert process.stdout is not None
+        ready = select.select([process.stdout], [], [], WARD_READY_TIMEOUT_S)[0]
+        line = process.stdout.readline() if ready else b""
+        process.stdout.close()
+        if not line.startswith(WARD_READY_LINE):
+            with contextlib.suppress(OSError):
+                process.kill()
+            process.wait()
+            self._note("sm120 supervise: the ward did not take the deployment's port (its "
+                       "error is above); the engine was not started")  # fmt: skip
+            return False
+        self.process = process
+        return True
+
+    def watch(self, engine: subprocess.Popen[bytes]) -> None:
+        threading.Thread(target=self._keep, args=(engine,), daemon=True).start()
+
+    def _keep(self, engine: subprocess.Popen[bytes]) -> None:
+        for _ in range(WARD_RESTARTS):
+            process = self.process
+            if process is None:
+                return
+            code = process.wait()
+            # A clean exit is a SIGTERM meant for it (`sm120 stop` signals the whole group).
+            if code == 0 or self.stopping or engine.poll() is not None:
+                return
+            self._note(f"sm120 supervise: the ward ended ({code}); starting it again")
+            time.sleep(1.0)
+            with self._lock:
+                if self.stopping or engine.poll() is not None or not self.start():
+                    return
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopping = True
+            process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(WARD_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.stderr_fd is not None:
+            os.close(self.stderr_fd)
+            self.stderr_fd = None
+
+
 def main() -> None:
     args = parse_args(sys.argv[1:])
-    raise SystemExit(run(args.exit_file, args.argv, args.log))
+    raise SystemExit(run(args.exit_file, args.argv, args.log, args.ward))
 
 
 if __name__ == "__main__":
