@@ -11,6 +11,7 @@ from typing import Any
 
 from sm120.core.errors import SM120Error
 from sm120.core.paths import sm120_home
+from sm120.deploy.warding import warded_socket
 from sm120.engine import docker_api
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.secrets import ensure_api_key, read_api_key
@@ -40,7 +41,12 @@ def cache_dir_for(image_id: str, plan_hash: str) -> Path:
 
 
 def placement(
-    plan: LaunchPlan, deployment: str, image_id: str | None, network: str, api_key: str | None
+    plan: LaunchPlan,
+    deployment: str,
+    image_id: str | None,
+    network: str,
+    api_key: str | None,
+    engine_socket: str | None = None,
 ) -> ContainerPlacement:
     key = image_id or "unbuilt"
     return ContainerPlacement(
@@ -49,6 +55,7 @@ def placement(
         hf_cache=hf_cache_dir(),
         network=network,
         api_key=api_key,
+        socket_dir=str(Path(engine_socket).parent) if engine_socket else None,
     )
 
 
@@ -116,7 +123,9 @@ def docker_spec(
     image_id = ensure_image(client, plan, network, confirm, progress)
     ensure_tiny_model_in_image(client, plan, image_id, progress)
     key_file = ensure_api_key(deployment, api_key)
-    where = placement(plan, deployment, image_id, network, read_api_key(str(key_file)))
+    # The ward on the host holds the port; a --network host container keeps its own.
+    socket = warded_socket(plan, deployment) if network != "host" else None
+    where = placement(plan, deployment, image_id, network, read_api_key(str(key_file)), socket)
     for cache in (where.cache_dir / name for name in ("vllm", "triton", "flashinfer")):
         cache.mkdir(parents=True, exist_ok=True)
     where.hf_cache.mkdir(parents=True, exist_ok=True)
@@ -124,8 +133,9 @@ def docker_spec(
     return LaunchSpec.for_plan(
         plan,
         name=deployment,
-        argv=tuple(container_argv(plan, network)),
+        argv=tuple(container_argv(plan, network, warded=socket is not None)),
         env=run["environment"],
         api_key_file=str(key_file),
         container=run,
+        engine_socket=socket,
     )

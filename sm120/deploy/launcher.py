@@ -21,6 +21,7 @@ from sm120.deploy.containers import docker_spec
 from sm120.deploy.monitoring import keep_launch_spec, prepare_monitor, start_for
 from sm120.deploy.stop import stop_sequence
 from sm120.deploy.wait import StartupFailed, WaitResult, wait_until_ready
+from sm120.deploy.warding import warded_socket
 from sm120.doctor import preflight
 from sm120.doctor.p2p_live import launch_p2p_decision
 from sm120.doctor.run import engine_python_for
@@ -40,14 +41,12 @@ from sm120.engine.state import (
     DeploymentState,
     deployment_dir,
     deployment_lock,
-    engine_socket_path,
     load_state,
 )
 from sm120.engine.tiny_model import ensure_tiny_model
 from sm120.logs.phases import PhaseUpdate
 from sm120.measure.target import save_plan
 from sm120.plan.resolve import LaunchPlan
-from sm120.plan.ward import ward_route
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
 from sm120.server.client import ServerClient, smoke_test
@@ -288,23 +287,6 @@ def start_spec(
         api_key_file=str(key_file),
         engine_socket=socket,
     )
-
-
-# SM120_WARD=off leaves every engine on its port, as before the ward (for debugging an
-# engine's own routes on a box nobody else uses).
-WARD_SETTING = "SM120_WARD"
-
-
-def ward_wanted() -> bool:
-    return os.environ.get(WARD_SETTING, "on").strip().lower() not in ("off", "0", "no", "false")
-
-
-def warded_socket(plan: LaunchPlan, deployment: str) -> str | None:
-    """The unix socket a warded engine listens on (sm120.plan.ward), or None when the engine
-    keeps its port (an engine ref that cannot, or SM120_WARD=off)."""
-    if not ward_wanted() or not ward_route(plan).warded:
-        return None
-    return str(engine_socket_path(deployment))
 
 
 def _prepare(

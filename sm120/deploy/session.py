@@ -33,6 +33,7 @@ from sm120.deploy.monitoring import check_restart_policy
 from sm120.deploy.placement import check_no_overlap, check_placeable, placed_hardware
 from sm120.deploy.serving import ServeView, serve
 from sm120.deploy.tuned import NOTHING, tuned_for
+from sm120.deploy.warding import warded_socket
 from sm120.doctor.detect import detect
 from sm120.engine import docker_api
 from sm120.engine.cluster.hosts import check_nodes_fit, require_nodes
@@ -174,7 +175,9 @@ def container_preview(plan: LaunchPlan, name: str | None, network: str) -> dict[
     with contextlib.suppress(docker_api.DockerUnavailable):
         found = docker_api.get_image(docker_api.connect(), plan.image_ref)
         image_id = str(found.id) if found is not None else None
-    where = container_placement(plan, name or plan.recipe, image_id, network, None)
+    deployment = name or plan.recipe
+    socket = warded_socket(plan, deployment, create=False) if network != "host" else None
+    where = container_placement(plan, deployment, image_id, network, None, socket)
     return render_container(plan, where)
 
 

@@ -75,23 +75,26 @@ SOCKET_FOLDER = "engine-socket"
 SOCKET_NAME = "api.sock"
 
 
-def engine_socket_path(name: str) -> Path:
+def engine_socket_path(name: str, *, create: bool = True) -> Path:
     """Where a warded deployment's engine listens: a socket in a 0700 folder of its own, so
     that only this user (sm120) can connect. A state tree too deep for a socket's path gets
-    the folder under /tmp/sm120-UID instead, named by a hash of the deployment's folder."""
-    folder = deployment_dir(name) / SOCKET_FOLDER
+    the folder under /tmp/sm120-UID instead, named by a hash of the deployment's folder.
+    `create=False` (a dry run) only says where, making nothing."""
+    folder = (deployment_dir(name) if create else deployment_path(name)) / SOCKET_FOLDER
     if len(os.fsencode(folder / SOCKET_NAME)) > SOCKET_PATH_MAX:
         digest = hashlib.sha256(os.fsencode(deployment_path(name).resolve())).hexdigest()[:16]
-        folder = _private_tmp() / digest
-    folder.mkdir(mode=0o700, exist_ok=True)
-    _refuse_foreign(folder)
+        folder = _private_tmp(create) / digest
+    if create:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        _refuse_foreign(folder)
     return folder / SOCKET_NAME
 
 
-def _private_tmp() -> Path:
+def _private_tmp(create: bool) -> Path:
     base = Path(tempfile.gettempdir()) / f"sm120-{os.getuid()}"
-    base.mkdir(mode=0o700, exist_ok=True)
-    _refuse_foreign(base)
+    if create:
+        base.mkdir(mode=0o700, exist_ok=True)
+        _refuse_foreign(base)
     return base
 
 

@@ -430,7 +430,8 @@ async def serve(config: WardConfig, ready: Callable[[str], None]) -> None:
     ward = Ward(config)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: ClientConnection(ward), config.host, config.port)
-    ready(f"{LISTENING} {config.host}:{config.port}")
+    port = server.sockets[0].getsockname()[1]  # config.port, or the free one 0 asked for
+    ready(f"{LISTENING} {config.host}:{port}")
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -470,8 +471,8 @@ def parse_args(argv: list[str]) -> WardConfig:
         argv = argv[2:]
     if argv or not {"--host", "--port", "--socket"} <= set(options):
         raise SystemExit(USAGE)
-    if not options["--port"].isdigit() or not 0 < int(options["--port"]) < 65536:
-        raise SystemExit(f"ward: --port must be a port from 1 to 65535\n{USAGE}")
+    if not options["--port"].isdigit() or not 0 <= int(options["--port"]) < 65536:
+        raise SystemExit(f"ward: --port must be a port from 0 (any free one) to 65535\n{USAGE}")
     return WardConfig(
         options["--host"], int(options["--port"]), options["--socket"], options.get("--key-file")
     )

@@ -20,6 +20,9 @@ from sm120.render.kv_tier import kv_tier_disk
 
 CONTAINER_MODEL_DIR = "/model"
 HEALTHCHECK_SCRIPT = "/opt/sm120/launch/healthcheck.py"
+# Where a warded engine's socket folder is mounted inside its container.
+CONTAINER_SOCKET_DIR = "/run/sm120-engine"
+CONTAINER_SOCKET = f"{CONTAINER_SOCKET_DIR}/api.sock"
 # Where the engines keep what they compile: kept across starts so a warm start skips the
 # minutes of torch.compile / Triton / FlashInfer JIT work.
 CONTAINER_CACHES = {
@@ -48,6 +51,10 @@ class ContainerPlacement:
     # network (the engine then binds the plan's address itself).
     network: str = "bridge"
     api_key: str | None = None
+    # A warded engine (sm120.plan.ward): the host folder its unix socket is made in. The
+    # container then has no network of its own and publishes nothing: sm120's ward on the
+    # host holds the port and reaches the engine through this folder.
+    socket_dir: str | None = None
 
 
 def container_name(deployment: str) -> str:
@@ -69,9 +76,10 @@ def _inside(plan: LaunchPlan, network: str) -> tuple[str | None, str]:
     return (CONTAINER_MODEL_DIR if plan.model_dir else None), bind
 
 
-def container_argv(plan: LaunchPlan, network: str) -> list[str]:
+def container_argv(plan: LaunchPlan, network: str, *, warded: bool = False) -> list[str]:
     model_dir, bind = _inside(plan, network)
-    return render_argv(plan, container_model_dir=model_dir, bind_host=bind)
+    uds = CONTAINER_SOCKET if warded else None
+    return render_argv(plan, container_model_dir=model_dir, bind_host=bind, uds=uds)
 
 
 def _volumes(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, dict[str, str]]:
@@ -84,12 +92,15 @@ def _volumes(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, dict[str,
     disk = kv_tier_disk(plan.kv_tier)
     if disk is not None:
         volumes[disk] = {"bind": disk, "mode": "rw"}
+    if where.socket_dir is not None:
+        volumes[where.socket_dir] = {"bind": CONTAINER_SOCKET_DIR, "mode": "rw"}
     return volumes
 
 
-def _healthcheck(plan: LaunchPlan) -> dict[str, Any]:
+def _healthcheck(plan: LaunchPlan, warded: bool) -> dict[str, Any]:
+    address = ["--socket", CONTAINER_SOCKET] if warded else ["--port", str(plan.port)]
     return {
-        "test": ["CMD", plan.image.python, HEALTHCHECK_SCRIPT, "--port", str(plan.port)],
+        "test": ["CMD", plan.image.python, HEALTHCHECK_SCRIPT, *address],
         "interval": 30 * SECOND_NS,
         "timeout": 10 * SECOND_NS,
         "retries": 3,
@@ -122,7 +133,8 @@ def docker_restart_policy(restart: str) -> dict[str, str]:
 
 
 def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, Any]:
-    argv = container_argv(plan, where.network)
+    warded = where.socket_dir is not None
+    argv = container_argv(plan, where.network, warded=warded)
     run: dict[str, Any] = {
         "image": plan.image_ref,
         "name": container_name(where.deployment),
@@ -137,14 +149,16 @@ def render_container(plan: LaunchPlan, where: ContainerPlacement) -> dict[str, A
         "labels": container_labels(plan, where.deployment),
         "volumes": _volumes(plan, where),
         "restart_policy": docker_restart_policy(plan.monitor.restart),
-        "healthcheck": _healthcheck(plan),
+        "healthcheck": _healthcheck(plan, warded),
         "privileged": False,
         "detach": True,
-        "network_mode": where.network,
+        # A warded engine needs no network: its API is the socket, its ranks share the
+        # container's loopback (a multi-node plan is never warded, sm120.plan.ward).
+        "network_mode": "none" if warded else where.network,
     }
     if plan.image.cap_add:
         run["cap_add"] = list(plan.image.cap_add)
-    if where.network != "host":
+    if where.network != "host" and not warded:
         run["ports"] = {f"{plan.port}/tcp": [plan.host, plan.port]}
     if plan.hardware.gpus > 0:
         # CUDA IPC between the tensor-parallel ranks needs the host IPC namespace.

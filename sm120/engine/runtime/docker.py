@@ -20,6 +20,7 @@ from sm120.engine.runtime.docker_logs import exit_record
 from sm120.engine.runtime.native import EXIT_FILE, ExitFileAndLog
 from sm120.engine.runtime.processes import RecordedProcess, start_ticks
 from sm120.engine.state import DeploymentState, deployment_dir, save_state, write_private_atomically
+from sm120.engine.ward import ward_argv
 
 RUNTIME_NAME = "docker"
 CAPTURE_MODULE = "sm120.engine.runtime.docker_logs"
@@ -52,9 +53,15 @@ class DockerRuntime(ExitFileAndLog):
         self._remove_leftovers(spec.name)
         exit_file = deployment_dir(spec.name) / EXIT_FILE
         exit_file.unlink(missing_ok=True)
+        ward = None
+        if spec.engine_socket is not None:
+            # A socket left by a killed run would fail the engine's bind.
+            Path(spec.engine_socket).unlink(missing_ok=True)
+            ward = ward_argv(sys.executable, spec.host, spec.port, spec.engine_socket,
+                             spec.api_key_file)  # fmt: skip
         started_at = time.time()
         container = docker_api.run_container(self.client, spec.container)
-        capture = _spawn_capture(container.id, log_path, exit_file)
+        capture = _spawn_capture(container.id, log_path, exit_file, ward)
         state = spec.started(
             RUNTIME_NAME,
             started_at,
@@ -103,6 +110,8 @@ class DockerRuntime(ExitFileAndLog):
             info = ExitInfo.read(Path(state.exit_file))
             container.remove(force=True)
         _stop_capture(state)
+        if state.engine_socket:
+            Path(state.engine_socket).unlink(missing_ok=True)  # the engine's, left behind
         return info
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
@@ -144,7 +153,9 @@ def _as_list(container: Any | None) -> list[Any]:
     return [container] if container is not None else []
 
 
-def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subprocess.Popen[bytes]:
+def _spawn_capture(
+    container_id: str, log_path: Path, exit_file: Path, ward: list[str] | None
+) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-m",
@@ -156,6 +167,8 @@ def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subpro
         "--exit-file",
         str(exit_file),
     ]
+    if ward is not None:
+        argv += ["--ward-command", json.dumps(ward)]
     # Its own session: the capture outlives the CLI that launched it, like the container.
     capture = subprocess.Popen(
         argv,

@@ -16,6 +16,8 @@ import argparse
 import calendar
 import contextlib
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,12 +31,14 @@ from sm120.engine.log_capture import (
     LogChunk,
     RotatingLogWriter,
 )
+from sm120.engine.runtime.ward_keeper import WardKeeper
 from sm120.engine.state import write_private_atomically
 
 # How long an exited container gets to be restarted by its restart policy before the exit
 # counts as final.
 RESTART_GRACE_S = 3.0
 CURSOR_NAME = "capture.json"  # beside serve.log
+WARD_LOG = "ward.log"
 
 
 def exit_record(container: Any) -> dict[str, Any]:
@@ -115,29 +119,76 @@ def _new_lines(lines: list[bytes], last: str | None) -> tuple[bytes, str | None]
     return bytes(out), last
 
 
+class _Capturing:
+    """The engine as the ward's keeper sees it: running while this capture runs."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def poll(self) -> int | None:
+        return 0 if self.ended else None
+
+
 def capture(
     container_id: str,
     log_path: Path,
     exit_file: Path,
     max_bytes: int = DEFAULT_MAX_BYTES,
     backups: int = DEFAULT_BACKUPS,
+    ward: list[str] | None = None,
+) -> int:
+    """Copy the container's output to log_path until it is gone. With `ward` (a warded
+    engine, sm120.engine.ward): the ward that holds the deployment's port runs beside it, as
+    long as the capture does; its own errors go to ward.log beside the log."""
+    client = docker_api.connect()
+    with RotatingLogWriter(log_path, max_bytes, backups) as writer:
+        keeper = _start_ward(ward, writer, log_path.parent) if ward else None
+        if ward and keeper is None:
+            container = docker_api.get_container(client, container_id)
+            if container is not None:
+                container.stop(timeout=10)  # nothing could reach it
+        capturing = _Capturing()
+        if keeper is not None:
+            keeper.watch(capturing)
+        try:
+            return _copy(client, container_id, writer, log_path, exit_file)
+        finally:
+            capturing.ended = True
+            if keeper is not None:
+                keeper.stop()
+
+
+def _start_ward(command: list[str], writer: RotatingLogWriter, folder: Path) -> WardKeeper | None:
+    def note(text: str) -> None:
+        writer.end_torn_line()
+        writer.write(text.encode() + b"\n")
+
+    ward_log = os.open(folder / WARD_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    keeper = WardKeeper(command, note, ward_log)
+    if keeper.start():
+        return keeper
+    keeper.stop()
+    note("sm120: the engine's container is stopped (see ward.log)")
+    return None
+
+
+def _copy(
+    client: Any, container_id: str, writer: RotatingLogWriter, log_path: Path, exit_file: Path
 ) -> int:
     from docker.errors import NotFound
 
-    client = docker_api.connect()
-    with RotatingLogWriter(log_path, max_bytes, backups) as writer:
-        copier = Capture(writer, log_path.parent / CURSOR_NAME)
-        while True:
+    copier = Capture(writer, log_path.parent / CURSOR_NAME)
+    while True:
+        container = docker_api.get_container(client, container_id)
+        if container is None:
+            return 0  # removed: `sm120 stop` records the exit itself
+        with contextlib.suppress(NotFound):  # removed while attaching: seen next round
+            copier.pump(ContainerLogSource(container))
+        if not _restarted_in_time(client, container_id):
             container = docker_api.get_container(client, container_id)
-            if container is None:
-                return 0  # removed: `sm120 stop` records the exit itself
-            with contextlib.suppress(NotFound):  # removed while attaching: seen next round
-                copier.pump(ContainerLogSource(container))
-            if not _restarted_in_time(client, container_id):
-                container = docker_api.get_container(client, container_id)
-                if container is not None:
-                    write_private_atomically(exit_file, json.dumps(exit_record(container)) + "\n")
-                return 0
+            if container is not None:
+                write_private_atomically(exit_file, json.dumps(exit_record(container)) + "\n")
+            return 0
 
 
 def _restarted_in_time(client: Any, container_id: str) -> bool:
@@ -157,8 +208,15 @@ def main() -> int:
     parser.add_argument("--container", required=True)
     parser.add_argument("--log", required=True, type=Path)
     parser.add_argument("--exit-file", required=True, type=Path)
+    parser.add_argument("--ward-command", type=json.loads, default=None)
     args = parser.parse_args()
-    return capture(args.container, args.log, args.exit_file)
+    # `sm120 stop` ends the capture with SIGTERM: its ward must end with it.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    return capture(args.container, args.log, args.exit_file, ward=args.ward_command)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,8 @@ fast.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from sm120.engine.log_capture import Capture, ProcessOutputSource, RotatingLogWriter
+from sm120.engine.runtime.ward_keeper import WardKeeper
 
 USAGE = (
     "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] "
@@ -50,11 +49,6 @@ EXEC_FAILED = 127
 # After the engine exits, how long to keep reading output its leftover children still hold
 # open. Its own last lines are already in the pipe: this only bounds waiting for orphans.
 DRAIN_TIMEOUT_S = 3.0
-# The ward binds its port at once; a Python start on a loaded box can take seconds.
-WARD_READY_TIMEOUT_S = 30.0
-WARD_READY_LINE = b"ward listening on"
-WARD_RESTARTS = 5
-WARD_STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -150,8 +144,18 @@ def run(
     forwarder = SignalForwarder()
     forwarder.install()
     pump = OutputPump(log) if log is not None else None
-    keeper = WardKeeper(ward, pump) if ward else None
+    keeper = None
+    if ward:
+        # Its own copy of the log pipe's write end: the pump closes the first once the engine
+        # holds it, and a ward started again later still writes its errors there.
+        stderr = os.dup(pump.write_fd) if pump is not None else None
+        keeper = WardKeeper(ward, pump.note if pump is not None else _print_note, stderr)
     if keeper is not None and not keeper.start():
+        keeper.stop()
+        if pump is not None:  # the ward's own error, still in the log's pipe
+            pump.start(os.getpid())
+            pump.finish()
+        keeper.note("sm120 supervise: the engine was not started")
         write_exit_file(exit_file, exit_record(EXEC_FAILED))
         return EXEC_FAILED
     try:
@@ -188,79 +192,8 @@ def _start_child(argv: list[str], pump: OutputPump | None) -> subprocess.Popen[b
     return subprocess.Popen(argv, stdout=pump.write_fd, stderr=subprocess.STDOUT)
 
 
-class WardKeeper:
-    """The ward beside the engine: started first, started again if it dies while the engine
-    runs (WARD_RESTARTS times at most), stopped after it."""
-
-    def __init__(self, command: list[str], pump: OutputPump | None) -> None:
-        self.command = command
-        self.pump = pump
-        # Its own copy of the log pipe's write end: the pump closes the first once the
-        # engine holds it, and a ward started again later still writes its errors there.
-        self.stderr_fd = os.dup(pump.write_fd) if pump is not None else None
-        self.process: subprocess.Popen[bytes] | None = None
-        self.stopping = False
-        self._lock = threading.Lock()
-
-    def _note(self, text: str) -> None:
-        if self.pump is not None:
-            self.pump.note(text)
-        else:
-            print(text, file=sys.stderr, flush=True)
-
-    def start(self) -> bool:
-        """Start the ward and wait until it holds the port; False (said in the log) if not."""
-        try:
-            process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self.stderr_fd)
-        except OSError as exc:
-            self._note(f"sm120 supervise: cannot start the ward: {exc}")
-            return False
-        assert process.stdout is not None
-        ready = select.select([process.stdout], [], [], WARD_READY_TIMEOUT_S)[0]
-        line = process.stdout.readline() if ready else b""
-        process.stdout.close()
-        if not line.startswith(WARD_READY_LINE):
-            with contextlib.suppress(OSError):
-                process.kill()
-            process.wait()
-            self._note("sm120 supervise: the ward did not take the deployment's port (its "
-                       "error is above); the engine was not started")  # fmt: skip
-            return False
-        self.process = process
-        return True
-
-    def watch(self, engine: subprocess.Popen[bytes]) -> None:
-        threading.Thread(target=self._keep, args=(engine,), daemon=True).start()
-
-    def _keep(self, engine: subprocess.Popen[bytes]) -> None:
-        for _ in range(WARD_RESTARTS):
-            process = self.process
-            if process is None:
-                return
-            code = process.wait()
-            # A clean exit is a SIGTERM meant for it (`sm120 stop` signals the whole group).
-            if code == 0 or self.stopping or engine.poll() is not None:
-                return
-            self._note(f"sm120 supervise: the ward ended ({code}); starting it again")
-            time.sleep(1.0)
-            with self._lock:
-                if self.stopping or engine.poll() is not None or not self.start():
-                    return
-
-    def stop(self) -> None:
-        with self._lock:
-            self.stopping = True
-            process = self.process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(WARD_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self.stderr_fd is not None:
-            os.close(self.stderr_fd)
-            self.stderr_fd = None
+def _print_note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def main() -> None:
