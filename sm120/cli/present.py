@@ -17,6 +17,7 @@ from sm120.deploy.tuned import tuned_summary
 from sm120.images.updates import SHOWN as UPDATES_SHOWN
 from sm120.images.updates import Update
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
+from sm120.plan.ward import ward_route
 from sm120.recipe.loader import load_recipe, recipe_names
 from sm120.render.argv import render_argv
 from sm120.render.environment import render_env
@@ -170,6 +171,9 @@ def show_plan(checked: CheckedPlan) -> None:
     )
     for line in protocol_lines(plan.engine, plan.image.engine_version):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
+    route = ward_route(plan)
+    console.print(f"ward      {route.way}: {route.why}", soft_wrap=True, markup=False,
+                  highlight=False)  # fmt: skip
     console.print(
         f"hardware  {checked.hardware.describe()}; recipe validated on {plan.hardware.validated_on}"
     )

@@ -3,6 +3,7 @@ entrypoint all do before anything starts."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from sm120.plan.fit.roofline import roofline_or_reason, speculative_roofline
 from sm120.plan.hardware import Hardware, assumed
 from sm120.plan.resolve import LaunchPlan, PlanRequest, resolve
 from sm120.plan.rules import RuleResult, evaluate, failures, rule_ids
+from sm120.plan.ward import ward_route
 from sm120.recipe.endpoints import engine_protocols, protocol_paths
 from sm120.recipe.schema import Published
 from sm120.render.argv import render_argv
@@ -94,6 +96,9 @@ def plan_document(checked: CheckedPlan) -> dict[str, Any]:
         },
         "endpoint": http_url(plan.host, plan.port, "/v1"),
         "protocols": protocols_document(plan.engine, plan.image.engine_version),
+        # unix socket: the engine listens there only, sm120's ward holds the port
+        # (sm120.plan.ward); open: the engine's own routes answer on the port
+        "ward": dataclasses.asdict(ward_route(plan)),
         "argv": render_argv(plan),
         "env": render_env(plan),
         "plan_hash": plan.plan_hash,

@@ -53,8 +53,8 @@ def render_argv(
 ) -> list[str]:
     """The full engine command. `python` replaces the image's interpreter (native runtime);
     `bind_host` replaces the plan's host (inside a container the engine listens on all
-    interfaces and the published port carries the plan's address); `uds` replaces the
-    address with a unix socket (a warded engine, sm120.plan.ward: its port is the ward's)."""
+    interfaces and the published port carries the plan's address); `uds`: the engine listens
+    on that unix socket instead (a warded engine, sm120.plan.ward: its port is the ward's)."""
     if plan.launcher is not None:
         # the image's own entrypoint: its knobs carry the model, address and flags
         # (render/launcher.py), so there is no interpreter to swap and nothing to append
@@ -69,10 +69,11 @@ def render_argv(
     if hub and plan.model.revision:
         argv += ["--revision", plan.model.revision]
     argv += ["--served-model-name", plan.model.served_name]
+    argv += ["--host", bind_host or plan.host, "--port", str(plan.port)]
     if uds is not None:
+        # vLLM then ignores --host and --port (they stay, naming the deployment's port in
+        # `ps`): it listens on the socket alone.
         argv += ["--uds", uds]
-    else:
-        argv += ["--host", bind_host or plan.host, "--port", str(plan.port)]
     for name, value in plan.args:
         argv += _flag_tokens(plan.engine, name, value)
     return argv + kv_tier_argv(plan.kv_tier) + _exposed_server_flags(plan)

@@ -297,8 +297,8 @@ def test_supervisor_rejects_a_malformed_command_line(tmp_path: Path) -> None:
     )
     assert completed.returncode == 1
     assert (
-        "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] -- ARGV..."
-        in (completed.stderr)
+        "usage: python -m sm120.engine.runtime.supervise --exit-file FILE [--log LOG] "
+        "[--ward-command JSON] -- ARGV..." in completed.stderr
     )
 
 

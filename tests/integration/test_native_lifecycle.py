@@ -70,29 +70,65 @@ def test_api_key_is_required_and_never_printed(served: dict[str, object]) -> Non
     assert ok.status_code == 200
 
 
-def test_routes_outside_v1_answer_without_the_key(served: dict[str, object]) -> None:
-    """What the README's Security section says, against the real server: the key guards /v1,
-    and vLLM's other routes answer anyone who reaches the port."""
-    base = f"http://127.0.0.1:{served['port']}"
-    assert httpx.get(f"{base}/v1/models", timeout=30).status_code == 401
-    assert httpx.get(f"{base}/metrics", timeout=30).status_code == 200
-    assert httpx.get(f"{base}/health", timeout=30).status_code == 200
-    tokenized = httpx.post(f"{base}/tokenize", json={"model": "tiny", "prompt": "hi"}, timeout=30)
-    assert tokenized.status_code == 200 and tokenized.json()["tokens"]
-    # SageMaker's route runs a whole chat request without the key (README: Security).
+def test_the_ward_passes_the_api_with_the_key_and_nothing_else(served: dict[str, object]) -> None:
+    """What the README's Security section says, against the real server: vLLM's key guards
+    /v1 alone and its other routes answer anyone who reaches it (so on its socket, which only
+    this user can open, /invocations runs a chat without the key); on the deployment's port
+    sm120's ward passes the API routes with the key, the probes, and nothing else."""
+    home = Path(str(served["home"]))
+    key = (home / "deployments" / "tiny" / "api_key").read_text().strip()
+    socket_path = (state_of(home) or {})["engine_socket"]
+    assert socket_path and Path(socket_path).parent.stat().st_mode & 0o777 == 0o700
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    invoked = httpx.post(f"{base}/invocations", json=body, timeout=60)
-    assert invoked.status_code == 200 and invoked.json()["choices"]
-    for path in ("/ping", "/version", "/load", "/docs", "/openapi.json"):
+    engine = httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), base_url="http://e")
+    with engine:
+        invoked = engine.post("/invocations", json=body, timeout=60)
+        assert invoked.status_code == 200 and invoked.json()["choices"]
+        assert engine.get("/openapi.json", timeout=30).status_code == 200
+    base = f"http://127.0.0.1:{served['port']}"
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.post(f"{base}/invocations", json=body, timeout=60).status_code == 404
+    assert httpx.post(f"{base}/invocations", json=body, headers=auth, timeout=60).status_code == 404
+    for path in ("/docs", "/openapi.json", "/redoc", "/server_info", "/is_sleeping"):
+        assert httpx.get(f"{base}{path}", headers=auth, timeout=30).status_code == 404, path
+    for path in ("/v2/embed", "/inference/v1/generate", "/cohere/v2/chat", "/scale_elastic_ep",
+                 "/collective_rpc", "/sleep", "/reset_prefix_cache"):  # fmt: skip
+        assert httpx.post(f"{base}{path}", json={}, headers=auth, timeout=30).status_code == 404
+    for path in ("/health", "/metrics", "/ping", "/version", "/load"):
         assert httpx.get(f"{base}{path}", timeout=30).status_code == 200, path
-    # Guarded prefixes besides /v1, as vLLM's AuthenticationMiddleware lists them.
-    for path in ("/v2/embed", "/inference/v1/generate", "/cohere/v2/chat"):
-        assert httpx.post(f"{base}{path}", json={}, timeout=30).status_code == 401, path
-    # The elastic-EP route answers too (not 401/404), whatever it makes of an empty body.
-    assert httpx.post(f"{base}/scale_elastic_ep", json={}, timeout=30).status_code not in (
-        401,
-        404,
-    )
+    tokenize = {"model": "tiny", "prompt": "hi"}
+    assert httpx.post(f"{base}/tokenize", json=tokenize, timeout=30).status_code == 401
+    tokenized = httpx.post(f"{base}/tokenize", json=tokenize, headers=auth, timeout=30)
+    assert tokenized.status_code == 200 and tokenized.json()["tokens"]
+    assert httpx.get(f"{base}/v1/models", timeout=30).status_code == 401
+    # the engine has no TCP socket of its own on the deployment's port: the ward holds it
+    holders = _listening_on(int(str(served["port"])))
+    assert holders and all(b"sm120.engine.ward" in _cmdline(pid) for pid in holders)
+
+
+def _listening_on(port: int) -> list[int]:
+    """The processes with a listening TCP socket on `port` (from /proc/net/tcp*)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    holders = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            links = [str(fd.readlink()) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if any(link == f"socket:[{inode}]" for link in links for inode in inodes):
+            holders.append(int(entry.name))
+    return holders
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def test_the_state_tree_is_private(served: dict[str, object]) -> None:

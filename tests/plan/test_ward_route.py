@@ -58,11 +58,12 @@ def test_sglang_keeps_its_port() -> None:
     assert ward_route(plan).way == OPEN
 
 
-def test_a_warded_argv_has_the_socket_and_no_address() -> None:
+def test_a_warded_argv_has_the_socket() -> None:
     plan = plan_for("tiny").plan
     argv = render_argv(plan, python="/py", uds="/s/api.sock")
     assert flag_value(argv, "--uds") == "/s/api.sock"
-    assert "--host" not in argv and "--port" not in argv
+    # vLLM ignores the address beside --uds; it stays to name the deployment's port in ps
+    assert flag_value(argv, "--port") == str(plan.port)
     # unwarded renders are as they were
     plain = render_argv(plan, python="/py")
     assert flag_value(plain, "--port") == str(plan.port) and "--uds" not in plain
