@@ -1,8 +1,9 @@
-"""What the gateway costs a request, measured side by side in one run: the same streamed chat
-sent straight to a deployment and through `sm120 gateway`, the side that goes first swapped
-every time.
+"""What the gateway and the engine ward cost a request, measured side by side in one run: the
+same streamed chat sent straight to the engine (its unix socket, when the deployment is
+warded), to the deployment's port (the ward, sm120/engine/ward.py) and through `sm120
+gateway`, the order of the sides turned around every time.
 
-Three figures, each as gateway / direct:
+Three figures, each as gateway / direct and ward / direct:
   TTFT      median time to the first content piece over --pairs single requests
   decode    median decode tok/s of those requests (tokens after the first / time after it)
   aggregate tokens per second of --concurrency streams at once, --rounds rounds per side
@@ -15,6 +16,11 @@ GPU (the device's H200; docs/gpu-proof.md carries the engine there):
 
 --shape 8b serves Llama-3-8B's shape with vLLM's dummy weights (benchmarks/gpu_proof.py), a
 deployment whose max-num-seqs admits the concurrent streams. Writes DIR/gateway-overhead-*.json.
+
+Aggregate rounds run twice: on kept sessions (each side's connections reused from its last
+round) and on fresh ones (a new session, so new connections, every round). Each round's
+record names the side before it, so a round run right after one on the same side can be told
+from one after another side (issue #49: those ran at half speed on the H200).
 
 --keys N: the gateway side sends a person's key with limits (requests, tokens and concurrency
 per minute, set high enough never to refuse) from a store of N other keys, so each request
@@ -138,31 +144,61 @@ async def one_stream(
     return first or float("nan"), time.perf_counter() - started, pieces
 
 
-async def measure(args: argparse.Namespace, sides: dict[str, tuple[str, str]]) -> dict[str, Any]:
+# A side: (base URL, key, the unix socket to connect to instead of the URL's host, or None).
+Side = tuple[str, str, str | None]
+
+
+def new_session(side: Side) -> aiohttp.ClientSession:
     timeout = aiohttp.ClientTimeout(total=900)
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for url, key in sides.values():  # unmeasured: warm every path and the engine
-            await asyncio.gather(
-                *(one_stream(session, url, key, 16) for _ in range(max(args.concurrency, 1)))
-            )
-        singles: dict[str, list[tuple[float, float, int]]] = {side: [] for side in sides}
-        for index in range(args.pairs):
-            for side in _order(index, sides):
-                url, key = sides[side]
-                singles[side].append(await one_stream(session, url, key, args.max_tokens))
-        # Many short requests for TTFT alone: a 30-pair median moves by ~0.5 ms (2.7%) from
-        # the engine's own scheduling noise (H200 run 4: single TTFTs from 15.4 to 23.9 ms),
-        # more than the 2% goal it would judge.
-        first_only: dict[str, list[float]] = {side: [] for side in sides}
-        for index in range(args.ttft_pairs):
-            for side in _order(index, sides):
-                url, key = sides[side]
-                first_only[side].append((await one_stream(session, url, key, 2))[0])
-        aggregate: dict[str, list[float]] = {side: [] for side in sides}
+    socket_path = side[2]
+    connector: aiohttp.BaseConnector = (
+        aiohttp.UnixConnector(path=socket_path, limit=0)
+        if socket_path
+        else aiohttp.TCPConnector(limit=0)
+    )
+    return aiohttp.ClientSession(timeout=timeout, connector=connector)
+
+
+async def measure(args: argparse.Namespace, sides: dict[str, Side]) -> dict[str, Any]:
+    sessions = {name: new_session(side) for name, side in sides.items()}
+    try:
+        return await _measure(args, sides, sessions)
+    finally:
+        for session in sessions.values():
+            await session.close()
+
+
+async def _measure(
+    args: argparse.Namespace, sides: dict[str, Side], sessions: dict[str, aiohttp.ClientSession]
+) -> dict[str, Any]:
+    for name, (url, key, _) in sides.items():  # unmeasured: warm every path and the engine
+        await asyncio.gather(
+            *(one_stream(sessions[name], url, key, 16) for _ in range(max(args.concurrency, 1)))
+        )
+    singles: dict[str, list[tuple[float, float, int]]] = {side: [] for side in sides}
+    for index in range(args.pairs):
+        for side in _order(index, sides):
+            url, key, _ = sides[side]
+            singles[side].append(await one_stream(sessions[side], url, key, args.max_tokens))
+    # Many short requests for TTFT alone: a 30-pair median moves by ~0.5 ms (2.7%) from
+    # the engine's own scheduling noise (H200 run 4: single TTFTs from 15.4 to 23.9 ms),
+    # more than the 2% goal it would judge.
+    first_only: dict[str, list[float]] = {side: [] for side in sides}
+    for index in range(args.ttft_pairs):
+        for side in _order(index, sides):
+            url, key, _ = sides[side]
+            first_only[side].append((await one_stream(sessions[side], url, key, 2))[0])
+    aggregate: dict[str, list[float]] = {side: [] for side in sides}
+    rounds: list[dict[str, Any]] = []
+    previous: str | None = None
+    for fresh in (False, True):
         for index in range(args.rounds):
             for side in _order(index, sides):
-                url, key = sides[side]
+                url, key, _ = sides[side]
+                session = sessions[side]
+                if fresh:
+                    await session.close()
+                    session = sessions[side] = new_session(sides[side])
                 began = time.perf_counter()
                 done = await asyncio.gather(
                     *(
@@ -171,13 +207,31 @@ async def measure(args: argparse.Namespace, sides: dict[str, tuple[str, str]]) -
                     )
                 )
                 wall = time.perf_counter() - began
-                aggregate[side].append(sum(pieces for _, _, pieces in done) / wall)
-    return {"singles": singles, "aggregate": aggregate, "ttft_only": first_only}
+                rate = sum(pieces for _, _, pieces in done) / wall
+                rounds.append({"side": side, "after": previous, "fresh": fresh,
+                               "tok_s": round(rate, 1), "wall_s": round(wall, 3)})  # fmt: skip
+                if not fresh:
+                    aggregate[side].append(rate)
+                previous = side
+    return {"singles": singles, "aggregate": aggregate, "ttft_only": first_only,
+            "rounds": rounds}  # fmt: skip
 
 
-def _order(index: int, sides: dict[str, tuple[str, str]]) -> list[str]:
+def _order(index: int, sides: dict[str, Any]) -> list[str]:
     names = list(sides)
     return names if index % 2 == 0 else names[::-1]
+
+
+def rounds_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median tok/s per side, split by whether the round ran right after one on the same side
+    and whether its connections were fresh."""
+    out: dict[str, Any] = {}
+    for record in rounds:
+        key = (f"{record['side']} after {'same' if record['after'] == record['side'] else 'other'}"
+               f", {'fresh' if record['fresh'] else 'kept'} connections")  # fmt: skip
+        out.setdefault(key, []).append(record["tok_s"])
+    return {key: {"rounds": len(rates), "median_tok_s": round(statistics.median(rates), 1)}
+            for key, rates in sorted(out.items())}  # fmt: skip
 
 
 def summary(samples: dict[str, Any]) -> dict[str, Any]:
@@ -194,22 +248,29 @@ def summary(samples: dict[str, Any]) -> dict[str, Any]:
                 else None
             ),
         }
-    ratios: dict[str, float | None] = {}
-    for figure in ("ttft_ms", "decode_tok_s", "aggregate_tok_s"):
-        direct, gateway = figures["direct"][figure], figures["gateway"][figure]
-        ratios[figure] = round(gateway / direct, 4) if direct and gateway else None
-    result: dict[str, Any] = {"figures": figures, "ratio_gateway_over_direct": ratios}
+    result: dict[str, Any] = {"figures": figures}
+    for other in [side for side in figures if side != "direct"]:
+        ratios: dict[str, float | None] = {}
+        for figure in ("ttft_ms", "decode_tok_s", "aggregate_tok_s"):
+            direct, measured = figures["direct"][figure], figures[other][figure]
+            ratios[figure] = round(measured / direct, 4) if direct and measured else None
+        result[f"ratio_{other}_over_direct"] = ratios
     first_only = samples.get("ttft_only") or {}
     if first_only.get("direct"):
-        direct, gateway = (statistics.median(first_only[side]) for side in ("direct", "gateway"))
-        paired = [g - d for d, g in zip(first_only["direct"], first_only["gateway"], strict=True)]
-        result["ttft_only"] = {
-            "pairs": len(paired),
-            "direct_ms": round(direct * 1000, 3),
-            "gateway_ms": round(gateway * 1000, 3),
-            "ratio": round(gateway / direct, 4),
-            "median_paired_difference_ms": round(statistics.median(paired) * 1000, 3),
-        }
+        result["ttft_only"] = {}
+        for other in [side for side in first_only if side != "direct"]:
+            direct = statistics.median(first_only["direct"])
+            measured = statistics.median(first_only[other])
+            paired = [o - d for d, o in zip(first_only["direct"], first_only[other], strict=True)]
+            result["ttft_only"][other] = {
+                "pairs": len(paired),
+                "direct_ms": round(direct * 1000, 3),
+                f"{other}_ms": round(measured * 1000, 3),
+                "ratio": round(measured / direct, 4),
+                "median_paired_difference_ms": round(statistics.median(paired) * 1000, 3),
+            }
+    if samples.get("rounds"):
+        result["aggregate_rounds"] = rounds_summary(samples["rounds"])
     return result
 
 
@@ -244,10 +305,14 @@ def main() -> None:
         gateway_key = (home / "gateway" / "api_key").read_text().strip()
         if args.keys:
             gateway_key = person_key(home, args.keys)
-        sides = {
-            "direct": (f"http://127.0.0.1:{port}", KEY),
-            "gateway": (f"http://127.0.0.1:{gateway_port}", gateway_key),
-        }
+        state = json.loads((home / "deployments" / "tiny" / "state.json").read_text())
+        socket_path = state.get("engine_socket")
+        # "direct" is the engine itself: its socket when warded, else its port.
+        sides: dict[str, Side] = {"direct": ("http://engine", KEY, socket_path)} if socket_path \
+            else {"direct": (f"http://127.0.0.1:{port}", KEY, None)}  # fmt: skip
+        if socket_path:
+            sides["ward"] = (f"http://127.0.0.1:{port}", KEY, None)
+        sides["gateway"] = (f"http://127.0.0.1:{gateway_port}", gateway_key, None)
         samples = asyncio.run(measure(args, sides))
     finally:
         sm120(home, "gateway", "stop")
