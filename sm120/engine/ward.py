@@ -478,6 +478,17 @@ def parse_args(argv: list[str]) -> WardConfig:
     )
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop where it is installed (as for the gateway): a byte pipe's cost is mostly the
+    event loop's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     Path(config.socket).parent.stat()  # the socket's folder exists (the launcher made it)
@@ -486,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
 
     try:
-        asyncio.run(serve(config, ready))
+        _run(serve(config, ready))
     except OSError as error:
         print(f"ward: cannot listen on {config.host}:{config.port}: {error}", file=sys.stderr)
         return 2
