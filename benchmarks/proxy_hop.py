@@ -11,6 +11,9 @@ the first event is what each adds to a first token.
 main before a change to the front), so a change's cost is measured side by side.
 "gateway, keys on" sends a person's key with limits among --keys others (default 1,000):
 the key lookup, the limits, the turns and the usage record, against "gateway"'s admin key.
+"gateway, engine on a unix socket" is a gateway whose backend is the same engine on its unix
+socket (a warded deployment's, Backend.socket), beside "direct, unix socket": what the
+gateway adds either way, TCP or socket to the engine, in one run.
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -68,8 +71,10 @@ async def serve(reader, writer):
 
 async def main():
     server = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]))
-    async with server:
-        await server.serve_forever()
+    # The same engine on a unix socket too, as a warded deployment's engine listens.
+    on_socket = await asyncio.start_unix_server(serve, sys.argv[4])
+    async with server, on_socket:
+        await asyncio.gather(server.serve_forever(), on_socket.serve_forever())
 
 asyncio.run(main())
 """
@@ -104,9 +109,18 @@ def one(sock: socket.socket, request: bytes) -> tuple[float, float]:
             return first or float("nan"), time.perf_counter() - started
 
 
-def connect(port: int) -> socket.socket:
+def connect(port: int | str) -> socket.socket:
+    """A TCP socket to a port, or a unix socket's (a path)."""
     for _ in range(1200):  # a minute: a gateway's start on a loaded machine takes seconds
         try:
+            if isinstance(port, str):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(port)
+                except OSError:
+                    sock.close()
+                    raise
+                return sock
             sock = socket.create_connection(("127.0.0.1", port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
@@ -143,9 +157,9 @@ run_event_loop(main())
 """
 
 
-def gateway_argv(work: Path, port: int, *extra: str) -> list[str]:
+def gateway_argv(work: Path, port: int, *extra: str, backends: str = "backends.json") -> list[str]:
     return [sys.executable, "-m", "sm120.gateway", "--port", str(port),
-            "--backends", str(work / "backends.json"),
+            "--backends", str(work / backends),
             "--key-file", str(work / "gateway_key"), *extra]  # fmt: skip
 
 
@@ -182,10 +196,16 @@ def main() -> None:
     backends = {"model": "sim", "service": "sim", "url": f"http://127.0.0.1:{engine_port}",
                 "key_file": str(work / "engine_key")}  # fmt: skip
     (work / "backends.json").write_text(json.dumps({"backends": [backends]}))
+    # The same engine on its unix socket, as the gateway reaches a warded deployment's
+    # (Backend.socket): the URL gives the Host header only.
+    engine_socket = str(work / "engine.sock")
+    on_socket = {**backends, "socket": engine_socket}
+    (work / "backends-socket.json").write_text(json.dumps({"backends": [on_socket]}))
+    socket_port = free_port()
     env = {**os.environ, "SM120_HOME": str(work / "home")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     engine = [sys.executable, "-c", ENGINE, str(engine_port), str(args.prefill_ms),
-              str(args.chunks)]  # fmt: skip
+              str(args.chunks), engine_socket]  # fmt: skip
     alone = [sys.executable, "-c", APPLICATION_ALONE, str(work / "backends.json"),
              str(work / "gateway_key"), str(alone_port)]  # fmt: skip
     # Two gateways: the second writes no access log, so the log's cost is their difference.
@@ -200,6 +220,9 @@ def main() -> None:
     processes.append(
         subprocess.Popen(gateway_argv(work, unlogged_port, "--no-access-log"), env=unlogged_env)
     )
+    socket_env = {**env, "SM120_HOME": str(work / "home-socket")}
+    socket_argv = gateway_argv(work, socket_port, backends="backends-socket.json")
+    processes.append(subprocess.Popen(socket_argv, env=socket_env))
     keyed_env = {**env, "SM120_HOME": str(work / "home-keyed")}
     person_key = keyed_home(work / "home-keyed", args.keys)
     processes.append(subprocess.Popen(gateway_argv(work, keyed_port), env=keyed_env))
@@ -210,6 +233,8 @@ def main() -> None:
             "gateway without access log": (connect(unlogged_port), request_bytes(KEY)),
             "application alone": (connect(alone_port), request_bytes(KEY)),
             "gateway, keys on": (connect(keyed_port), request_bytes(person_key)),
+            "direct, unix socket": (connect(engine_socket), request_bytes("engine-key")),
+            "gateway, engine on a unix socket": (connect(socket_port), request_bytes(KEY)),
         }
         if args.baseline is not None:
             sides["baseline gateway"] = (connect(baseline_port), request_bytes(KEY))
@@ -234,10 +259,20 @@ def main() -> None:
         "first_event_ms": {side: round(v * 1000, 3) for side, v in first.items()},
         "whole_stream_ms": {side: round(v * 1000, 3) for side, v in whole.items()},
     }  # fmt: skip
-    for side in [name for name in sides if name != "direct"]:
+    for side in [name for name in sides if not name.startswith("direct")]:
         report[f"{side} adds to the first event, ms"] = round(
             (first[side] - first["direct"]) * 1000, 3
         )
+    # The gateway's own hop either way: each against the engine straight on the same transport.
+    report["gateway adds to the first event over the socket (vs direct on it), ms"] = round(
+        (first["gateway, engine on a unix socket"] - first["direct, unix socket"]) * 1000, 3
+    )
+    report["the socket against TCP for the gateway's own hop, first event, ms"] = round(
+        (first["gateway, engine on a unix socket"] - first["gateway"]) * 1000, 3
+    )
+    report["gateway, whole stream ratio (engine on a socket / on TCP)"] = round(
+        whole["gateway, engine on a unix socket"] / whole["gateway"], 4
+    )
     report["access log costs the first event, ms"] = round(
         (first["gateway"] - first["gateway without access log"]) * 1000, 3
     )

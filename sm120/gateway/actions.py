@@ -4,7 +4,9 @@ vLLM's sleep-mode endpoints.
 vLLM serves POST /sleep?level=1, POST /wake_up and GET /is_sleeping only when the engine was
 started with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/__init__.py
 registers them with the dev routes). They sit outside /v1, so vLLM's API key does not guard
-them: the engine's port must stay on loopback, as sm120 binds it unless told otherwise.
+them: the engine's port must stay on loopback, as sm120 binds it unless told otherwise. A
+warded engine's ward does not pass them at all: they go to its unix socket (Backend.socket),
+which only sm120 reaches.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sm120.doctor.host_checks import parse_meminfo
 from sm120.engine.state import load_state
 from sm120.gateway.backends import Backend
 from sm120.gateway.restart import start_for_swap, stop_for_swap
+from sm120.gateway.sessions import EngineSessions, engine_sessions
 from sm120.gateway.swap import SwapFailed
 from sm120.plan.fit.sleep import sleep_shortfall, weights_bytes
 
@@ -30,8 +33,10 @@ IS_SLEEPING_TIMEOUT_S = 2.0
 class EngineActions:
     """SwapActions on real deployments."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self.session = session
+    def __init__(self, session: aiohttp.ClientSession | EngineSessions) -> None:
+        """`session`: the application's (proxy.SESSIONS), so that a socket's session is
+        shared and closed with it; a plain session keeps socket sessions of its own."""
+        self.sessions = engine_sessions(session)
 
     async def stop(self, backend: Backend) -> None:
         await asyncio.to_thread(stop_for_swap, backend.deployment)
@@ -56,7 +61,7 @@ class EngineActions:
         as awake, and a request to it finds out."""
         timeout = aiohttp.ClientTimeout(total=IS_SLEEPING_TIMEOUT_S)
         try:
-            async with self.session.get(
+            async with self.sessions.for_backend(backend).get(
                 backend.base_url + "/is_sleeping", headers=_auth(backend), timeout=timeout
             ) as answer:
                 if answer.status != 200:
@@ -68,7 +73,7 @@ class EngineActions:
     async def _post(self, backend: Backend, path: str) -> None:
         timeout = aiohttp.ClientTimeout(total=SLEEP_CALL_TIMEOUT_S)
         try:
-            async with self.session.post(
+            async with self.sessions.for_backend(backend).post(
                 backend.base_url + path, headers=_auth(backend), timeout=timeout
             ) as answer:
                 if answer.status == 404:

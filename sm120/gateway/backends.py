@@ -29,6 +29,8 @@ AUTO_TOOL_FLAG = "--enable-auto-tool-choice"
 class Backend:
     model: str
     deployment: str
+    # Where clients of the deployment would go (http://host:port): shown, and how a backend
+    # without a socket is reached; its authority is the Host header an engine gets.
     base_url: str
     api_key: str | None = field(repr=False)
     running: bool
@@ -47,6 +49,11 @@ class Backend:
     # The engine bugs the gateway absorbs for this build (sm120/data/engine_fixes.yaml);
     # empty for most: those requests keep the fast path as they are.
     fixes: frozenset[str] = frozenset()
+    # A warded deployment's engine listens only on this unix socket (in a 0700 folder: only
+    # sm120 reaches it; DeploymentState.engine_socket), and its TCP port is the ward's. The
+    # gateway goes to the socket itself: no second hop, and the swap routes the ward does
+    # not pass (/sleep, /wake_up, /is_sleeping) stay the gateway's. None: base_url.
+    socket: str | None = None
 
 
 def discover(skipped: dict[str, str] | None = None) -> dict[str, Backend]:
@@ -102,6 +109,8 @@ def _backend(folder: Path) -> Backend | None:
         auto_tool_choice=None if spec is None else AUTO_TOOL_FLAG in spec.argv,
         max_num_seqs=_int_flag(spec, "--max-num-seqs"),
         fixes=_fixes(spec),
+        # Only a running engine has one: a stopped one's is known once it is started again.
+        socket=state.engine_socket if state is not None else None,
     )
 
 

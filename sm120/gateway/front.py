@@ -37,11 +37,11 @@ from sm120.gateway.backends import Backend
 from sm120.gateway.exchange import ANSWERED, CUT, HAND_OVER, RETRY, Exchange, upstream_request
 from sm120.gateway.keys import KeyEntry
 from sm120.gateway.limits import Refusal as LimitRefusal
-from sm120.server.request_reader import Refusal, Request, RequestReader
 from sm120.gateway.relay import BODY_READ_TIMEOUT_S, error_bytes, route_miss_message
-from sm120.gateway.upstream import UpstreamConnection, UpstreamPool, engine_address
-from sm120.server.framing import RequestHead
+from sm120.gateway.upstream import Address, UpstreamConnection, UpstreamPool, engine_address
 from sm120.recipe.endpoints import protocol_paths
+from sm120.server.framing import RequestHead
+from sm120.server.request_reader import Refusal, Request, RequestReader
 
 # Where the full application listens: an abstract unix socket name, or (host, port).
 Internal = str | tuple[str, int]
@@ -69,7 +69,7 @@ _HOP_REQUEST_HEADERS = frozenset(
 class Route:
     backend: Backend
     request: bytes  # what the engine gets, head and body
-    address: tuple[str, int]
+    address: Address  # (host, port), or a warded engine's unix socket
     path: str
     protocol: str
     served: str  # the model the engine serves it as
@@ -147,7 +147,9 @@ class Front:
             body = json.dumps(rewritten).encode()
         address, host_header, prefix = target
         request = upstream_request(head, body, backend, host_header, prefix)
-        return Route(backend, request, address, head.path, protocol, served, parsed)
+        # A warded engine is reached on its socket, with the Host header its URL gives.
+        where = backend.socket or address
+        return Route(backend, request, where, head.path, protocol, served, parsed)
 
     def connection_closed(self, connection: FrontConnection) -> None:
         connections = self.connections

@@ -42,6 +42,7 @@ from sm120.gateway.relay import (
     relay,
     relay_by_id,
 )
+from sm120.gateway.sessions import EngineSessions, engine_sessions
 from sm120.gateway.swap import Discover, SwapFailed, Swapper
 from sm120.recipe.endpoints import protocol_for_path, protocol_paths
 
@@ -59,7 +60,7 @@ IDLE_CONNECTION_S = 30.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SWAPPER: web.AppKey[Swapper] = web.AppKey("swapper", Swapper)
-SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
+SESSIONS: web.AppKey[EngineSessions] = web.AppKey("sessions", EngineSessions)
 ALIASES: web.AppKey[AliasTable] = web.AppKey("aliases", AliasTable)
 REWRITE: web.AppKey[Callable[[str, dict[str, Any]], dict[str, Any]] | None] = web.AppKey("rewrite")
 
@@ -194,7 +195,7 @@ HANDED_OVER: web.AppKey[HandedOver] = web.AppKey("handed_over", HandedOver)
 def build_app(
     api_key: str,
     swapper: Swapper,
-    session: aiohttp.ClientSession,
+    session: aiohttp.ClientSession | EngineSessions,
     aliases: Iterable[Alias] = (),
     rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
     access: AccessLog | None = None,
@@ -203,7 +204,8 @@ def build_app(
     """`rewrite(path, body)` may change a request body before it is sent on (the opt-in
     prompt normaliser); None sends bodies as they came. `access`: the access log, if any.
     `team`: the keys per person, their limits and usage (sm120.gateway.admission); None: the
-    admin key alone."""
+    admin key alone. `session`: how engines are reached (sm120.gateway.sessions); a plain TCP
+    session gets socket sessions beside it, closed with the application."""
     team = team or Team(KeyRing(api_key, None))
     middlewares = [_no_retry_marker, _key_guard(team)]
     if access is not None:
@@ -213,7 +215,10 @@ def build_app(
     app[TEAM] = team
     app[HANDED_OVER] = HandedOver()
     app[SWAPPER] = swapper
-    app[SESSION] = session
+    sessions = engine_sessions(session)
+    app[SESSIONS] = sessions
+    if sessions is not session:
+        app.on_cleanup.append(lambda _app: sessions.close())
     app[ROUTES] = RouteCache(swapper)
     app[ALIASES] = alias_table(aliases)
     app[REWRITE] = rewrite
@@ -479,7 +484,7 @@ async def _forward(request: web.Request) -> web.StreamResponse:
     swapper.in_flight[backend.deployment] += 1
     answer: web.StreamResponse | None = None
     try:
-        answer = await relay(request, body, backend, request.app[SESSION], protocol, ticket.tap)
+        answer = await relay(request, body, backend, request.app[SESSIONS], protocol, ticket.tap)
         return answer
     finally:
         swapper.in_flight[backend.deployment] -= 1
@@ -581,7 +586,7 @@ async def _by_response_id(request: web.Request) -> web.StreamResponse:
     asked in turn, and the first that knows it answers."""
     routes = request.app[ROUTES]
     backends = [b for b in (await routes.table(fresh=True)).values() if b.running]
-    return await relay_by_id(request, backends, request.app[SESSION])
+    return await relay_by_id(request, backends, request.app[SESSIONS])
 
 
 async def discover_off_loop(find: Callable[[], dict[str, Backend]]) -> dict[str, Backend]:

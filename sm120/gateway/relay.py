@@ -17,6 +17,7 @@ from aiohttp import web
 from sm120.gateway.absorb import EXPLAIN_RESPONSE_STORE, no_store_message
 from sm120.gateway.access_log import LOGGED
 from sm120.gateway.backends import Backend
+from sm120.gateway.sessions import EngineSessions
 from sm120.gateway.usage import Tap
 
 # A backend that is down refuses at once; one that is wedged must not hang the client.
@@ -111,7 +112,7 @@ async def relay(
     request: web.Request,
     body: bytes,
     backend: Backend,
-    session: aiohttp.ClientSession,
+    sessions: EngineSessions,
     protocol: str,
     tap: Tap | None = None,
 ) -> web.StreamResponse:
@@ -119,7 +120,7 @@ async def relay(
     url = backend.base_url + request.path_qs
     response: web.StreamResponse | None = None
     try:
-        async with session.request(
+        async with sessions.for_backend(backend).request(
             request.method, url, data=body, headers=_upstream_headers(request, backend),
             timeout=_TIMEOUT,
         ) as upstream:  # fmt: skip
@@ -188,7 +189,7 @@ def route_miss_message(backend: Backend, path: str, protocol: str) -> str:
 
 
 async def relay_by_id(
-    request: web.Request, backends: list[Backend], session: aiohttp.ClientSession
+    request: web.Request, backends: list[Backend], sessions: EngineSessions
 ) -> web.StreamResponse:
     """Ask each running deployment for a stored response until one knows it."""
     body = await request.read()
@@ -197,7 +198,7 @@ async def relay_by_id(
             continue
         url = backend.base_url + request.path_qs
         try:
-            async with session.request(
+            async with sessions.for_backend(backend).request(
                 request.method, url, data=body or None,
                 headers=_upstream_headers(request, backend), timeout=_TIMEOUT,
             ) as upstream:  # fmt: skip

@@ -71,9 +71,12 @@ def _runtime(spec: LaunchSpec) -> Runtime:
 
 
 def _wait_ready(runtime: Runtime, state: DeploymentState, timeout_s: float) -> None:
+    # A warded engine is asked on its own socket: the gateway waits for the engine, and
+    # reaches it as it will reach it for requests (sm120.gateway.backends.Backend.socket).
     with ServerClient(
-        client_url(state.host, state.port), read_api_key(state.api_key_file)
-    ) as client:
+        client_url(state.host, state.port), read_api_key(state.api_key_file),
+        socket=state.engine_socket,
+    ) as client:  # fmt: skip
         wait_until_ready(
             lines=runtime.follow(state),
             client=client,

@@ -37,6 +37,7 @@ from sm120.gateway.keys import KeyRing, KeyStore
 from sm120.gateway.normalize import normalize
 from sm120.gateway.proxy import build_app, discoverer
 from sm120.gateway.requestlog import RequestLog
+from sm120.gateway.sessions import EngineSessions, client_session
 from sm120.gateway.static import load_static_backends, static_discover
 from sm120.gateway.swap import SwapActions, Swapper, SwapPolicy
 from sm120.gateway.usage import Record, UsageWriter
@@ -123,20 +124,17 @@ async def _serve(
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, stop.set)
     # No pool limit: every streamed answer holds its upstream connection until it ends.
-    connector = aiohttp.TCPConnector(limit=0)
-    # No cookie jar: nothing upstream sets cookies, and each request would pay for the lookup.
-    jar = aiohttp.DummyCookieJar()
-    async with aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, cookie_jar=jar
-    ) as session:
+    async with client_session(aiohttp.TCPConnector(limit=0)) as session:
+        # The warded engines' socket sessions beside it, shared by the relay and the swaps.
+        sessions = EngineSessions(session)
         policy = SwapPolicy(max_awake=config.max_awake, wait_s=config.swap_wait_s)
         access = AccessLog(files.access_log)
-        actions = LoggedActions(EngineActions(session), access)
+        actions = LoggedActions(EngineActions(sessions), access)
         swapper = Swapper(policy, actions, discoverer(find))
         rewrite = _normalized if config.normalize_prompts else None
         logged = access if config.access_log else None
         team = team_of(config, files, api_key, loop)
-        app = build_app(api_key, swapper, session, config.aliases, rewrite, logged, team)
+        app = build_app(api_key, swapper, sessions, config.aliases, rewrite, logged, team)
         runner = app_runner(app)
         await runner.setup()
         try:
@@ -157,6 +155,7 @@ async def _serve(
                 await stop.wait()
         finally:
             await runner.cleanup()
+            await sessions.close()
             access.event("stop", pid=os.getpid())
             access.flush()
             if team.usage is not None:

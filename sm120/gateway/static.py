@@ -7,7 +7,8 @@ The file is JSON, and holds no secret, only where each key lives:
                    "key_file": "/run/secrets/tiny_key"}]}
 
 Each backend is taken as running and is never started, stopped or put to sleep: compose
-owns those containers.
+owns those containers. A backend may add `"socket": "/path/api.sock"`, a unix socket the
+gateway reaches it on (its url then gives only the Host header), as a warded deployment's.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def _backend(row: Any, path: Path) -> Backend:
         raise StaticBackendsError(
             f"backends file {path}: each backend needs {', '.join(fields)} as text", BACKENDS_HINT
         )
+    socket = row.get("socket")
+    if socket is not None and not (isinstance(socket, str) and socket):
+        raise StaticBackendsError(
+            f"backends file {path}: backend '{row['model']}' has a socket that is not a path",
+            BACKENDS_HINT,
+        )
     key = read_api_key(row["key_file"])
     if key is None:
         raise StaticBackendsError(
@@ -97,6 +104,7 @@ def _backend(row: Any, path: Path) -> Backend:
         running=True,
         startable=False,
         sleep_mode=False,
+        socket=socket,
     )
 
 

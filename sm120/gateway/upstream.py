@@ -1,6 +1,7 @@
 """Kept-alive raw connections from the gateway's fast path to the engines: a request goes out
 as one write, and the answer's bytes are handed to whoever holds the connection as they
-arrive, with no HTTP client in between."""
+arrive, with no HTTP client in between. An engine is reached over TCP (host, port) or, when
+sm120's ward holds its port, over its unix socket (a path)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ CONNECT_TIMEOUT_S = 3.0
 # this is not used again, so a request never lands on a socket the engine is closing.
 POOL_IDLE_S = 3.0
 
-Address = tuple[str, int]
+# (host, port) over TCP, or a unix socket's path.
+Address = tuple[str, int] | str
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -79,11 +81,12 @@ class UpstreamPool:
 
     async def connect(self, address: Address) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
-        host, port = address
-        _, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: UpstreamConnection(address), host, port),
-            CONNECT_TIMEOUT_S,
-        )
+        if isinstance(address, str):
+            opening = loop.create_unix_connection(lambda: UpstreamConnection(address), address)
+        else:
+            host, port = address
+            opening = loop.create_connection(lambda: UpstreamConnection(address), host, port)
+        _, connection = await asyncio.wait_for(opening, CONNECT_TIMEOUT_S)
         return connection
 
     def give_back(self, connection: UpstreamConnection) -> None:
@@ -100,7 +103,7 @@ class UpstreamPool:
         self._idle.clear()
 
 
-def engine_address(base_url: str) -> tuple[Address, str, str] | None:
+def engine_address(base_url: str) -> tuple[tuple[str, int], str, str] | None:
     """(host and port to connect to, the Host header, the path prefix) of a plain-HTTP
     engine URL; None for anything else (https, no host), which the full server relays."""
     parts = urlsplit(base_url)

@@ -101,8 +101,15 @@ class SmokeResult:
 
 
 class ServerClient(Connection):
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
-        super().__init__(base_url, api_key, timeout, _WORDING)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        *,
+        socket: str | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, _WORDING, socket)
 
     def health(self) -> int | None:
         """HTTP status of /health; None when nothing answers (refused, reset, timed out)."""

@@ -83,13 +83,18 @@ class Connection:
         api_key: str | None,
         timeout: float | httpx.Timeout,
         wording: TransportWording,
+        socket: str | None = None,
     ) -> None:
+        """`socket`: a unix socket the server listens on (a warded engine's), reached with
+        base_url's Host header and paths; None: base_url's host and port."""
         self.base_url = server_root(base_url)
         self._api_key = api_key or None
         self._wording = wording
+        transport = httpx.HTTPTransport(uds=socket) if socket else None
         self._http = httpx.Client(
-            base_url=self.base_url, headers=self._key_headers(), timeout=timeout
-        )
+            base_url=self.base_url, headers=self._key_headers(), timeout=timeout,
+            transport=transport,
+        )  # fmt: skip
 
     def _key_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}

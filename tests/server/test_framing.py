@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sm120.server.request_reader import Refusal, Request, RequestReader
 from sm120.server.framing import FramingError, ResponseFraming
+from sm120.server.request_reader import Refusal, Request, RequestReader
 
 HEAD = b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\nX-Api-Key: k"
 
