@@ -115,15 +115,8 @@ def _refuse_foreign(folder: Path) -> None:
 
 
 def refuse_home_file() -> Path:
-    """sm120's home, refused when it names something that is not a folder: read as an empty
-    tree it would make `status` say nothing is deployed while engines run elsewhere."""
-    home = sm120_home()
-    if home.exists() and not home.is_dir():
-        raise StateError(
-            f"SM120_HOME {home} is a file, not a folder",
-            hint="point SM120_HOME at a folder (or unset it for ~/.local/state/sm120)",
-        )
-    return home
+    """sm120's home, refused (core.paths.HomeError) when it is not a folder."""
+    return sm120_home()
 
 
 def private_dir(path: Path) -> Path:

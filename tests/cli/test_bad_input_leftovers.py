@@ -92,3 +92,45 @@ def test_the_gateway_and_the_dashboard_name_a_linked_folder(
     rows = {row["name"]: row for row in shown["deployments"]}
     assert rows["demo"]["phase"] == "unreadable"
     assert rows["demo"]["error"] == _link_line(link, outside, isolated_home)
+
+
+# --- a home that is a file ------------------------------------------------------------------
+
+_HOME_HINT = "(hint: point SM120_HOME at a folder (or unset it for ~/.local/state/sm120))"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("status",), ("status", "--json"), ("logs",), ("logs", "--gateway"), ("stop", "demo"),
+     ("stop",), ("gateway", "status"), ("gateway", "stop"), ("gateway", "keys", "list"),
+     ("gateway", "start", "--port", "1"), ("gateway", "analyze"), ("dashboard", "--port", "1"),
+     ("connect", "codex"), ("monitor", "--once"), ("launch", "tiny", "--dry-run")],
+)  # fmt: skip
+def test_a_home_that_is_a_file_is_refused_by_every_command(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    home = tmp_path / "home-file"
+    home.write_text("")
+    monkeypatch.setenv("SM120_HOME", str(home))
+    code, out, err = invoke(cli, *args)
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: SM120_HOME {home} is a file, not a folder {_HOME_HINT}",
+    )
+    assert home.read_text() == ""
+
+
+def test_the_default_home_that_is_a_file_is_refused_too(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SM120_HOME")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    (tmp_path / "sm120").write_text("")
+    code, out, err = invoke(cli, "status")
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: sm120's state folder {tmp_path / 'sm120'} is a file, not a folder "
+        f"(hint: move the file {tmp_path / 'sm120'} aside; sm120 makes its folder there)",
+    )
