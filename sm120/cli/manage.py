@@ -91,6 +91,8 @@ def _status_text(row: dict[str, object]) -> str:
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")
+        if row.get("key_problem"):
+            lines.append(f"  key       {row['key_problem']}")
         if "kv_cache_usage_pct" in row:
             lines.append(
                 f"  KV usage  {_or_unknown(row['kv_cache_usage_pct'], '{:.1f}%')}  running "

@@ -134,3 +134,130 @@ def test_the_default_home_that_is_a_file_is_refused_too(
         f"Error: sm120's state folder {tmp_path / 'sm120'} is a file, not a folder "
         f"(hint: move the file {tmp_path / 'sm120'} aside; sm120 makes its folder there)",
     )
+
+
+# --- key files that hold no key -------------------------------------------------------------
+
+_NOT_ASCII = b"ab\xff\xfe\x80cd"
+
+
+def _gateway_folder(home: Path) -> Path:
+    folder = home / "gateway"
+    folder.mkdir(parents=True, mode=0o700)
+    return folder
+
+
+def test_a_gateway_key_of_other_bytes_stops_the_start_and_is_kept(
+    cli: CliRunner, isolated_home: Path
+) -> None:
+    key = _gateway_folder(isolated_home) / "api_key"
+    key.write_bytes(_NOT_ASCII)
+    code, out, err = invoke(cli, "gateway", "start", "--port", "1")
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: key file {key} holds bytes that are not a key (printable ASCII) (hint: delete "
+        "it; the next 'sm120 gateway start' writes a new key (point clients at it again: "
+        "sm120 connect))",
+    )
+    assert key.read_bytes() == _NOT_ASCII
+    assert not (isolated_home / "gateway" / "gateway.pid").exists()
+
+
+def test_a_mounted_gateway_key_of_other_bytes_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    key = tmp_path / "gateway_key"
+    key.write_bytes(_NOT_ASCII)
+    run = subprocess.run(
+        [sys.executable, "-m", "sm120.gateway", "--port", "1", "--key-file", str(key)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (run.returncode, run.stdout, one_line_error(run.stderr)) == (
+        2,
+        "",
+        f"Error: key file {key} holds bytes that are not a key (printable ASCII) (hint: write "
+        "the key into it: one line of printable ASCII)",
+    )
+
+
+@pytest.mark.parametrize("content", [_NOT_ASCII * 8, b"short", b"x" * 40 + b"\x00" + b"y" * 40])
+def test_a_damaged_key_store_secret_is_refused_never_replaced(
+    cli: CliRunner, isolated_home: Path, content: bytes
+) -> None:
+    secret = _gateway_folder(isolated_home) / "keys.secret"
+    secret.write_bytes(content)
+    for args in (("gateway", "keys", "add", "bob"), ("gateway", "keys", "rotate", "bob")):
+        code, out, err = invoke(cli, *args)
+        assert (code, out, one_line_error(err)) == (
+            2,
+            "",
+            f"Error: the key store's secret {secret} is damaged (it must hold 32 to 4,096 "
+            f"characters of printable ASCII) (hint: restore it from a backup, or remove it and "
+            f"{secret.parent / 'keys.json'} and add the keys again (sm120 gateway keys add))",
+        )
+    assert secret.read_bytes() == content
+    assert not (secret.parent / "keys.json").exists()
+
+
+def test_keys_without_their_secret_are_named_by_keys_list(
+    cli: CliRunner, isolated_home: Path
+) -> None:
+    code, _, err = invoke(cli, "gateway", "keys", "add", "bob")
+    assert code == 0, err
+    secret = isolated_home / "gateway" / "keys.secret"
+    secret.unlink()
+    code, out, err = invoke(cli, "gateway", "keys", "list")
+    store = isolated_home / "gateway" / "keys.json"
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: the key store {store} holds keys but their secret {secret} is missing (hint: "
+        f"restore it from a backup, or remove {store} and add the keys again)",
+    )
+
+
+def test_a_key_store_of_other_bytes_is_one_line(cli: CliRunner, isolated_home: Path) -> None:
+    store = _gateway_folder(isolated_home) / "keys.json"
+    store.write_bytes(b'{"version": 1, "keys": [{"name": "a\xff", "digest": "00"}]}')
+    code, out, err = invoke(cli, "gateway", "keys", "list")
+    assert (code, out, one_line_error(err)) == (
+        2,
+        "",
+        f"Error: the key store {store} is not UTF-8 text (byte 35) (hint: remove {store} to "
+        "start over)",
+    )
+
+
+def test_a_running_deployments_damaged_key_is_named_in_its_row(
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from sm120.cli.manage import _status_text
+    from sm120.deploy import status
+    from sm120.engine.state import DeploymentState
+    from tests.deploy.test_stop_safety import state_document
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    key = isolated_home / "api_key"
+    isolated_home.mkdir(exist_ok=True)
+    key.write_bytes(_NOT_ASCII)
+    running = SimpleNamespace(running=True, stale=False, pid=4242, exit=None)
+    runtime = SimpleNamespace(status=lambda _state: running)
+    monkeypatch.setattr(status, "runtime_for", lambda _state: runtime)
+    with FakeOpenAIServer() as fake:
+        port = int(fake.url.rsplit(":", 1)[1])
+        document = state_document(isolated_home, api_key_file=str(key), port=port)
+        row = status.describe(DeploymentState.from_dict(document))
+    assert row["health"] == 200
+    problem = (
+        f"key file {key} holds bytes that are not a key (printable ASCII) (hint: delete it; "
+        "launch writes a new key (or write the key you use into it))"
+    )
+    assert row["key_problem"] == problem
+    assert f"  key       {problem}" in _status_text(row).splitlines()
