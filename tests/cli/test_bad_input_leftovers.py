@@ -261,3 +261,70 @@ def test_a_running_deployments_damaged_key_is_named_in_its_row(
     )
     assert row["key_problem"] == problem
     assert f"  key       {problem}" in _status_text(row).splitlines()
+
+
+# --- ssh options and build arguments, whichever command builds the request ------------------
+
+_SSH_REFUSAL = "--ssh-option {!r} is not Keyword=value"
+
+
+@pytest.mark.parametrize("option", ["IdentityFile", "A=b\nc", "=x"])
+def test_every_request_that_carries_ssh_options_checks_them(option: str) -> None:
+    from sm120.core.errors import PlanError
+    from sm120.deploy.cluster_start import ClusterRequest
+    from sm120.deploy.session import LaunchRequest
+    from sm120.engine.cluster.ssh_node import SshNode
+    from sm120.plan.resolve import PlanRequest
+    from sm120.render.multinode import NodeAddress
+
+    builders = [
+        lambda: LaunchRequest(plan=PlanRequest(recipe="tiny"), ssh_options=(option,)),
+        lambda: ClusterRequest([NodeAddress("a", "a")], ssh_options=(option,)),
+        lambda: SshNode("a", rank=0, python="python3", options=(option,)),
+    ]
+    for build in builders:
+        with pytest.raises(PlanError) as caught:
+            build()
+        assert caught.value.message == _SSH_REFUSAL.format(option)
+
+
+def test_a_cluster_record_with_an_edited_ssh_option_is_unusable(isolated_home: Path) -> None:
+    from sm120.deploy.cluster_start import (
+        ClusterRequest,
+        ClusterStart,
+        cluster_start_path,
+        load_cluster_start,
+        save_cluster_start,
+    )
+    from sm120.render.multinode import NodeAddress
+    from tests.helpers import plan_for
+
+    request = ClusterRequest([NodeAddress("a", "a")], ssh_options=("IdentityFile=k",))
+    start = ClusterStart("demo", plan_for("tiny").plan, request, "python3", "/k", 60.0)
+    save_cluster_start(start)
+    path = cluster_start_path("demo")
+    path.write_text(path.read_text().replace("IdentityFile=k", "IdentityFile"))
+    from sm120.core.errors import SM120Error
+
+    with pytest.raises(SM120Error) as caught:
+        load_cluster_start("demo")
+    assert caught.value.one_line() == (
+        f"{path} is unusable: --ssh-option 'IdentityFile' is not Keyword=value "
+        "(hint: launch demo again to write it anew)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [({"A": "x\ny"}, "A's value holds a control character (a newline, tab or NUL)"),
+     ({"A B": "x"}, "'A B' is not a build argument name (letters, digits, '_')")],
+)  # fmt: skip
+def test_build_options_check_their_build_arguments(args: dict[str, str], problem: str) -> None:
+    from sm120.core.errors import SM120Error
+    from sm120.images.build import BuildOptions
+
+    with pytest.raises(SM120Error) as caught:
+        BuildOptions(build_args=args)
+    assert caught.value.one_line() == (
+        f"--build-arg {problem} (hint: e.g. --build-arg TORCH_INDEX_URL=)"
+    )
