@@ -328,3 +328,155 @@ def test_build_options_check_their_build_arguments(args: dict[str, str], problem
     assert caught.value.one_line() == (
         f"--build-arg {problem} (hint: e.g. --build-arg TORCH_INDEX_URL=)"
     )
+
+
+# --- endless input: every reader has a bound in size and in time ----------------------------
+
+
+def _piped_parse(writer: str, *flags: str) -> tuple[int, str, str, float]:
+    """`python -c WRITER | sm120 logs parse - FLAGS` through a real pipe."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    source = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "sm120", "logs", "parse", "-", *flags],
+            stdin=source.stdout,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        source.kill()
+        source.wait()
+    return run.returncode, run.stdout, run.stderr, time.monotonic() - started
+
+
+_ENDLESS_LINES = (
+    "import sys\nline = b'INFO engine.py: Avg prompt throughput: 1.0 tokens/s, no log\\n' * 512\n"
+    "while True:\n    sys.stdout.buffer.write(line)\n"
+)
+
+
+def test_an_endless_pipe_ends_at_the_size_bound_in_one_line() -> None:
+    code, _, err, seconds = _piped_parse(_ENDLESS_LINES, "--max-mib", "4")
+    assert (code, one_line_error(err)) == (
+        2,
+        "Error: stdin carried more than 4 MiB (hint: raise --max-mib, or save the log to a "
+        "file and parse that)",
+    )
+    assert seconds < 60
+
+
+def test_a_silent_pipe_ends_at_the_time_bound() -> None:
+    code, out, err, seconds = _piped_parse("import time\ntime.sleep(300)", "--timeout", "1.5")
+    assert (code, out, err) == (0, "", "0 lines, 0 events (stopped after 1.5 s: --timeout)\n")
+    assert seconds < 30
+
+
+def test_a_live_pipe_is_followed_until_the_time_bound() -> None:
+    writer = (
+        "import sys, time\n"
+        "sys.stdout.write('INFO 01-01 00:00:00 [loggers.py:123] Engine 000: Avg prompt "
+        "throughput: 10.0 tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 1 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%\\n')\n"
+        "sys.stdout.flush()\ntime.sleep(300)\n"
+    )
+    code, out, err, _ = _piped_parse(writer, "--timeout", "3", "--json")
+    assert code == 0
+    assert [json.loads(line)["kind"] for line in out.splitlines()] == ["stats"]
+    assert err == "1 lines, 1 events (stopped after 3 s: --timeout)\n"
+
+
+def test_a_gate_case_against_a_server_that_trickles_for_ever_ends_at_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+    from http.server import BaseHTTPRequestHandler
+
+    from sm120.measure import gates
+    from sm120.measure.cases import builtin_gates, select
+    from sm120.measure.target import target_for_url
+    from tests.fakes.loopback_server import LoopbackServer
+
+    piece = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+    event = b"data: " + json.dumps(piece).encode() + b"\n\n"
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"data": [{"id": "m", "max_model_len": 4096}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path != "/v1/chat/completions":
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                while True:  # never stalls, never reaches the 32 MiB cap
+                    self.wfile.write(event)
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    monkeypatch.setattr(gates, "GATE_TURN_S", 1.5)
+    case = select(builtin_gates(), "core")[0]
+    started = time.monotonic()
+    with LoopbackServer(Trickle) as server:
+        report = gates.run_cases(target_for_url(server.url, None), "core", [case],
+                                 gates.GateOptions())  # fmt: skip
+    failures = report["cases"][0]["failures"]
+    assert failures == [
+        "turn 1: request failed: /v1/chat/completions was still streaming after 1.5 s"
+    ]
+    assert time.monotonic() - started < 20
+
+
+def test_an_endless_message_stream_reaches_the_byte_bound_in_linear_time() -> None:
+    import time
+    from http.server import BaseHTTPRequestHandler
+
+    from sm120.server.wire import Wire
+    from tests.fakes.loopback_server import LoopbackServer
+
+    delta = {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": "x" * 256}}  # fmt: skip
+    event = b"event: content_block_delta\ndata: " + json.dumps(delta).encode() + b"\n\n"
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(event * 64)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    started = time.monotonic()
+    with LoopbackServer(Endless) as server, Wire(server.url, None, timeout=30) as wire:
+        exchange = wire.messages([{"role": "user", "content": "hi"}], "tiny", max_tokens=16)
+    assert exchange.error == "/v1/messages streamed more than 32 MiB"
+    assert len(exchange.content) > 20 << 20
+    assert time.monotonic() - started < 60
