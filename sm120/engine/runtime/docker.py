@@ -3,6 +3,7 @@ the engine in a labelled container. Containers are found by label, never by gues
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,17 +55,24 @@ class DockerRuntime(ExitFileAndLog):
         exit_file.unlink(missing_ok=True)
         started_at = time.time()
         container = docker_api.run_container(self.client, spec.container)
-        capture = _spawn_capture(container.id, log_path, exit_file)
-        state = spec.started(
-            RUNTIME_NAME,
-            started_at,
-            log_path,
-            exit_file,
-            capture.pid,
-            start_ticks(capture.pid),
-            container_id=str(container.id),
-        )
-        save_state(state)
+        capture: subprocess.Popen[bytes] | None = None
+        try:
+            capture = _spawn_capture(container.id, log_path, exit_file)
+            state = spec.started(
+                RUNTIME_NAME,
+                started_at,
+                log_path,
+                exit_file,
+                capture.pid,
+                start_ticks(capture.pid),
+                container_id=str(container.id),
+            )
+            save_state(state)
+        except BaseException:
+            # Ctrl-C (or an error) before the state names the container: `stop` could not
+            # find it, and the next launch would refuse it as running. Removed now.
+            _abandon(container, capture)
+            raise
         return state
 
     def _refuse_if_running(self, name: str) -> None:
@@ -142,6 +150,15 @@ class DockerRuntime(ExitFileAndLog):
 
 def _as_list(container: Any | None) -> list[Any]:
     return [container] if container is not None else []
+
+
+def _abandon(container: Any, capture: subprocess.Popen[bytes] | None) -> None:
+    if capture is not None:
+        capture.kill()
+        capture.wait()
+    # The interrupt or error being raised says more than a failed removal would.
+    with contextlib.suppress(Exception):
+        container.remove(force=True)
 
 
 def _spawn_capture(container_id: str, log_path: Path, exit_file: Path) -> subprocess.Popen[bytes]:
