@@ -5,6 +5,7 @@ case asserts the exact one line (or, where a command goes on, the exact row)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -277,7 +278,7 @@ def test_every_request_that_carries_ssh_options_checks_them(option: str) -> None
     from sm120.plan.resolve import PlanRequest
     from sm120.render.multinode import NodeAddress
 
-    builders = [
+    builders: list[Callable[[], object]] = [
         lambda: LaunchRequest(plan=PlanRequest(recipe="tiny"), ssh_options=(option,)),
         lambda: ClusterRequest([NodeAddress("a", "a")], ssh_options=(option,)),
         lambda: SshNode("a", rank=0, python="python3", options=(option,)),

@@ -60,7 +60,7 @@ def counting() -> Iterator[str]:
         yield server.url
 
 
-def _target(url: str, recipe: str | None, max_model_len: int) -> Target:
+def _target(url: str, recipe: str | None, max_model_len: int | None) -> Target:
     return Target("demo", url, None, "m", None, max_model_len, recipe=recipe)
 
 
