@@ -79,6 +79,10 @@ BOUNDS: dict[str, Bound] = {
     "--lengths": Bound(1, 1 << 24, "prompt tokens, e.g. --lengths 1024,8192"),
     "--min-score": Bound(0, 1, "e.g. 0.94"),
     "--lines": Bound(0, 1_000_000, "e.g. -n 50"),
+    "parse --max-mib": Bound(1, 1 << 20, "MiB of stdin, e.g. --max-mib 8192"),
+    "parse --timeout": Bound(
+        0, 365 * DAY_S, "seconds to follow, e.g. --timeout 600", open_low=True
+    ),
     "--max-awake": Bound(0, 1024, "how many deployments fit at once; 0 never swaps"),
     "--swap-wait": Bound(1, DAY_S, "seconds a request waits for a swap, e.g. --swap-wait 600"),
     "tune --budget": Bound(0, 7 * 24 * 60, "minutes, e.g. --budget 30", open_low=True),

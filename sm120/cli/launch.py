@@ -178,7 +178,7 @@ def launch_request(
     work): the gate's suites, --gpus, --restart, the .env file, --nodes."""
     from sm120.deploy.gate import gate_request
     from sm120.deploy.session import LaunchRequest
-    from sm120.engine.cluster.hosts import parse_nodes, parse_ssh_options
+    from sm120.engine.cluster.hosts import parse_nodes
     from sm120.plan.request import plan_request
 
     gate_wanted = gate_request(gate, keep_on_fail, gate_max_tokens)
@@ -214,7 +214,7 @@ def launch_request(
         runtime=runtime,
         network=network,
         nodes=tuple(parse_nodes(nodes)) if nodes is not None else None,
-        ssh_options=parse_ssh_options(ssh_option),
+        ssh_options=tuple(ssh_option),
         vllm_python=vllm_python,
         api_key=api_key,
         replace=replace,

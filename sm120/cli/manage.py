@@ -51,18 +51,23 @@ def status(
     from sm120.gateway.files import gateway_files
 
     name = _one_name(deployment, name)
-    states = [find_deployment(name)] if name else list_states()
+    # Folders status will not read (a link out of the state tree) are named, not hidden.
+    skipped: dict[str, str] = {}
+    states = [find_deployment(name)] if name else list_states(skipped)
     rows = [describe(state) for state in states]
     # The gateway is listed with every deployment, and only while it runs.
     gateway = gateway_status(gateway_files(create=False)) if not name else None
     if as_json:
         extra = [gateway.as_dict()] if gateway and gateway.running else []
-        typer.echo(json.dumps(rows + extra, indent=2))
+        unread = [{"name": n, "skipped": why} for n, why in skipped.items()]
+        typer.echo(json.dumps(rows + unread + extra, indent=2))
         return
-    if not rows:
+    if not rows and not skipped:
         typer.echo("nothing is deployed (start one: sm120 launch tiny)")
     for row in rows:
         typer.echo(_status_text(row))
+    for skipped_name, why in skipped.items():
+        typer.echo(f"{skipped_name}  (not read)\n  skipped   {why}")
     if gateway and gateway.running:
         typer.echo(gateway.describe())
 
@@ -86,6 +91,8 @@ def _status_text(row: dict[str, object]) -> str:
         lines.append(f"  endpoint  {row['endpoint']}  model: {row['served_model_name']}")
         health = row["health"]
         lines.append(f"  health    {'200 OK' if health == 200 else health or 'not answering'}")
+        if row.get("key_problem"):
+            lines.append(f"  key       {row['key_problem']}")
         if "kv_cache_usage_pct" in row:
             lines.append(
                 f"  KV usage  {_or_unknown(row['kv_cache_usage_pct'], '{:.1f}%')}  running "

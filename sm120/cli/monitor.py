@@ -48,11 +48,11 @@ def _check_options(
 def _files_of(name: str | None) -> tuple[str, MonitorFiles]:
     """A deployment's monitor files; a stopped deployment keeps its history and peaks."""
     from sm120.engine.find import NoDeployment, find_deployment
-    from sm120.engine.state import check_deployment_name, deployments_root
+    from sm120.engine.state import deployment_path
     from sm120.monitor.files import MonitorFiles
 
     if name:
-        root = deployments_root() / check_deployment_name(name)
+        root = deployment_path(name)
         if not root.is_dir():
             raise NoDeployment(
                 f"no deployment named '{name}'",
@@ -60,7 +60,7 @@ def _files_of(name: str | None) -> tuple[str, MonitorFiles]:
             )
         return name, MonitorFiles(root)
     state = find_deployment(None)
-    return state.name, MonitorFiles(deployments_root() / state.name)
+    return state.name, MonitorFiles(deployment_path(state.name))
 
 
 @cli_errors

@@ -143,6 +143,6 @@ def write_project(project: ComposeProject, output: Path) -> list[Path]:
 
 
 def _ensure_key(path: Path) -> Path:
-    if read_api_key(str(path)) is None:
+    if read_api_key(str(path), "delete it; sm120 compose writes a new key") is None:
         write_private_atomically(path, secrets.token_urlsafe(32))
     return path

@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120.core.errors import SM120Error
+from sm120.core.errors import PlanError, SM120Error
+from sm120.engine.cluster.hosts import parse_ssh_options
 from sm120.engine.state import deployment_dir, write_private_atomically
 from sm120.plan.resolve import LaunchPlan
 from sm120.plan.stored import plan_from_data, plan_to_data
@@ -27,6 +28,9 @@ class ClusterRequest:
     nodes: list[NodeAddress]
     runtime: str = "native"  # native: the engine's Python over SSH; docker: Docker over ssh://
     ssh_options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        parse_ssh_options(self.ssh_options)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ def load_cluster_start(name: str) -> ClusterStart | None:
         return None
     except KeyError as exc:
         raise _unusable(path, name, f"{exc} is missing") from None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, PlanError) as exc:
+        # PlanError: an ssh option edited into the record that --ssh-option would refuse.
         raise _unusable(path, name, str(exc)) from None
 
 

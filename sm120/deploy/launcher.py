@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm120.core.errors import SM120Error
+from sm120.core.interrupts import interrupts_held
 from sm120.core.net import client_url, exposure_warning, http_url
 from sm120.core.ports import ensure_port_free
 from sm120.deploy.checked import CheckedPlan, plan_document
@@ -351,15 +352,18 @@ def _launch_locked(
     clock.mark("spawn")
     try:
         ready = wait_and_smoke(checked, runtime, state, options, view, clock)
+        # Inside the try: a Ctrl-C while the monitor starts must not leave the engine (or
+        # a monitor) running behind a launch that says it stopped everything.
+        if options.monitor:
+            prepare_monitor(plan, spec, state.runtime)
+            ready.monitor_pid = start_for(options.name)
+        else:
+            # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
+            keep_launch_spec(spec)
     except BaseException:
-        stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
+        with interrupts_held():
+            stop_sequence(state, runtime=runtime, timeout=ABANDON_TIMEOUT_S, lock_held=True)
         raise
-    if options.monitor:
-        prepare_monitor(plan, spec, state.runtime)
-        ready.monitor_pid = start_for(options.name)
-    else:
-        # The gateway starts a stopped deployment again from it (sm120.gateway.restart).
-        keep_launch_spec(spec)
     clock.mark("monitor" if options.monitor else "launch spec")
     ready.steps = clock.steps
     ready.total_s = clock.last - clock.started

@@ -36,7 +36,7 @@ from sm120.deploy.tuned import NOTHING, tuned_for
 from sm120.deploy.warding import warded_socket
 from sm120.doctor.detect import detect
 from sm120.engine import docker_api
-from sm120.engine.cluster.hosts import check_nodes_fit, require_nodes
+from sm120.engine.cluster.hosts import check_nodes_fit, parse_ssh_options, require_nodes
 from sm120.engine.state import check_deployment_name
 from sm120.plan.hardware import Hardware, declared
 from sm120.plan.resolve import LaunchPlan, PlanRequest
@@ -73,6 +73,10 @@ class LaunchRequest:
     monitor: bool = True
     gate: GateRequest | None = None
     use_tuned: bool = True  # --no-tuned: leave `sm120 tune`'s result for this host aside
+
+    def __post_init__(self) -> None:
+        # Checked with the request, so a dry run refuses what a real start would.
+        parse_ssh_options(self.ssh_options)
 
 
 @dataclass(frozen=True)

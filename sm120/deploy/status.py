@@ -13,7 +13,7 @@ from sm120.core.net import client_url, http_url
 from sm120.engine.cluster.record import load_record
 from sm120.engine.find import runtime_for
 from sm120.engine.log_follow import tail_lines as follow_tail
-from sm120.engine.secrets import read_api_key
+from sm120.engine.secrets import KeyFileError, read_api_key
 from sm120.engine.state import DeploymentState, deployment_path
 from sm120.monitor.files import MonitorFiles
 from sm120.monitor.summary import monitor_summary
@@ -118,7 +118,12 @@ def describe(state: DeploymentState) -> dict[str, Any]:
         record = load_record(state.name)
         row["nodes"] = [str(node["host"]) for node in record.nodes] if record else []
     if current.running:
-        row["health"] = _health(base, read_api_key(state.api_key_file))
+        try:
+            key = read_api_key(state.api_key_file)
+        except KeyFileError as exc:
+            # One deployment's damaged key file is its row's to name, not the whole status's.
+            key, row["key_problem"] = None, exc.one_line()
+        row["health"] = _health(base, key)
         metrics = _metrics(base)
         if "kv" in metrics:
             row["kv_cache_usage_pct"] = _known(metrics["kv"], 100)

@@ -244,9 +244,16 @@ def stream_command(argv: Sequence[str], progress: Progress) -> CommandResult:
         errors="replace",
     ) as process:
         assert process.stdout is not None
-        for raw_line in process.stdout:
-            line = raw_line.rstrip()
-            if line:
-                tail.append(line)
-                progress(line)
+        try:
+            for raw_line in process.stdout:
+                line = raw_line.rstrip()
+                if line:
+                    tail.append(line)
+                    progress(line)
+        except BaseException:
+            # Ctrl-C, or a SIGTERM the launcher turned into one: Popen's exit would wait a
+            # quarter of a second and leave the command (pip, the model builder) running on.
+            process.kill()
+            process.wait()
+            raise
     return CommandResult(returncode=process.returncode, tail=list(tail))

@@ -48,9 +48,14 @@ class KeyFileError(SM120Error):
     """A key file that holds something other than a key."""
 
 
-def read_api_key(path: str | None) -> str | None:
+DEPLOYMENT_KEY_REMEDY = "delete it; launch writes a new key (or write the key you use into it)"
+MOUNTED_KEY_REMEDY = "write the key into it: one line of printable ASCII"
+
+
+def read_api_key(path: str | None, remedy: str = DEPLOYMENT_KEY_REMEDY) -> str | None:
     """The key in the file a state file points at; None when there is no readable key there
-    (a FIFO, a device or a huge file is no key file)."""
+    (a FIFO, a device or a huge file is no key file). A file of other bytes is refused
+    (KeyFileError), its hint `remedy`: what writes that file again."""
     if not path or not is_regular_file(Path(path)):
         return None
     try:
@@ -65,7 +70,6 @@ def read_api_key(path: str | None) -> str | None:
         # Decoded with replacement characters it would be a key nobody holds (and no HTTP
         # header can carry it): the file is damaged, so say which one.
         raise KeyFileError(
-            f"key file {path} holds bytes that are not a key (printable ASCII)",
-            "delete it; launch writes a new key (or write the key you use into it)",
+            f"key file {path} holds bytes that are not a key (printable ASCII)", remedy
         )
     return key.decode("ascii") or None

@@ -59,8 +59,14 @@ def check_deployment_name(name: str) -> str:
 
 def deployment_path(name: str) -> Path:
     """Where a deployment's files are, made and tightened by nobody: for commands that only
-    read (status), in a SM120_HOME that may be shared."""
-    return deployments_root() / check_deployment_name(name)
+    read (status), in a SM120_HOME that may be shared. A folder that is a link out of the
+    state tree is refused here as writes refuse it (private_dir): what it points at is not a
+    deployment sm120 made, and reading its state would have `stop` signal what it names."""
+    home = refuse_home_file()
+    path = deployments_root() / check_deployment_name(name)
+    for folder in (path.parent, path):
+        _refuse_leaving_link(folder, home)
+    return path
 
 
 def deployment_dir(name: str) -> Path:
@@ -112,15 +118,8 @@ def _refuse_foreign(folder: Path) -> None:
 
 
 def refuse_home_file() -> Path:
-    """sm120's home, refused when it names something that is not a folder: read as an empty
-    tree it would make `status` say nothing is deployed while engines run elsewhere."""
-    home = sm120_home()
-    if home.exists() and not home.is_dir():
-        raise StateError(
-            f"SM120_HOME {home} is a file, not a folder",
-            hint="point SM120_HOME at a folder (or unset it for ~/.local/state/sm120)",
-        )
-    return home
+    """sm120's home, refused (core.paths.HomeError) when it is not a folder."""
+    return sm120_home()
 
 
 def private_dir(path: Path) -> Path:
@@ -298,8 +297,7 @@ def _refuse_non_regular(target: Path) -> None:
 
 
 def load_state(name: str) -> DeploymentState | None:
-    refuse_home_file()
-    path = deployments_root() / check_deployment_name(name) / STATE_FILE
+    path = deployment_path(name) / STATE_FILE
     if not path.is_file():
         return None
     return _read_state_file(path)
@@ -325,13 +323,30 @@ def _unusable(path: Path, what: str) -> StateError:
     )
 
 
-def list_states() -> list[DeploymentState]:
-    refuse_home_file()
+def list_states(skipped: dict[str, str] | None = None) -> list[DeploymentState]:
+    """Every deployment's state, by name. A folder linked out of the state tree is never
+    read: with `skipped`, it is left out and named there with the reason (what `status`
+    shows); without, it refuses the whole list, as a damaged state file does."""
+    home = refuse_home_file()
     root = deployments_root()
+    _refuse_leaving_link(root, home)
     if not root.is_dir():
         return []
-    paths = sorted(root.glob(f"*/{STATE_FILE}"))
-    return [_read_state_file(path) for path in paths]
+    states = []
+    for folder in sorted(root.iterdir()):
+        if folder.name.startswith("."):
+            continue
+        try:
+            _refuse_leaving_link(folder, home)
+        except StateError as exc:
+            if skipped is None:
+                raise
+            skipped[folder.name] = exc.one_line()
+            continue
+        path = folder / STATE_FILE
+        if path.is_file():
+            states.append(_read_state_file(path))
+    return states
 
 
 class DeploymentBusy(StateError):
@@ -360,4 +375,4 @@ def deployment_lock(name: str, doing: str) -> Iterator[None]:
 def clear_state(name: str) -> None:
     """Forget the deployment; its log files stay for post-mortems."""
     with contextlib.suppress(FileNotFoundError):
-        (deployments_root() / check_deployment_name(name) / STATE_FILE).unlink()
+        (deployment_path(name) / STATE_FILE).unlink()

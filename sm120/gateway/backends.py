@@ -16,7 +16,13 @@ from sm120.deploy.monitoring import monitor_files
 from sm120.engine.find import runtime_for
 from sm120.engine.runtime.base import LaunchSpec
 from sm120.engine.secrets import key_path, read_api_key
-from sm120.engine.state import StateError, deployments_root, is_deployment_name, load_state
+from sm120.engine.state import (
+    StateError,
+    deployment_path,
+    deployments_root,
+    is_deployment_name,
+    load_state,
+)
 from sm120.gateway.absorb import fixes_for
 from sm120.monitor.files import load_launch_spec
 from sm120.recipe.endpoints import EngineProtocols, engine_protocols
@@ -84,6 +90,7 @@ def _backend(folder: Path) -> Backend | None:
     name = folder.name
     if not folder.is_dir() or not is_deployment_name(name):
         return None
+    deployment_path(name)  # a folder linked out of the state tree is named, never read
     try:
         state = load_state(name)
     except StateError:

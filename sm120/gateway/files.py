@@ -96,9 +96,15 @@ def running_gateway(files: GatewayFiles) -> tuple[int, GatewayAddress | None] | 
     return pid, address if address.pid == pid else None
 
 
+GATEWAY_KEY_REMEDY = (
+    "delete it; the next 'sm120 gateway start' writes a new key (point clients at it again: "
+    "sm120 connect)"
+)
+
+
 def ensure_gateway_key(files: GatewayFiles) -> str:
     """The gateway's own key: generated on first start, kept 0600, never printed."""
-    key = read_api_key(str(files.api_key))
+    key = read_api_key(str(files.api_key), GATEWAY_KEY_REMEDY)
     if key is None:
         key = secrets.token_urlsafe(32)
         write_private_atomically(files.api_key, key)

@@ -41,6 +41,11 @@ KEY_PREFIX = "sm120-"
 # A store of thousands of keys is a few hundred KiB; more is not a key store.
 MAX_STORE_BYTES = 8 << 20
 RELOAD_CHECK_S = 0.5
+# The store's HMAC secret: 64 hex digits as written; any printable ASCII of a usable length
+# is taken (a secret restored by hand), anything else is a damaged file.
+MIN_SECRET_CHARS = 32
+MAX_SECRET_BYTES = 4096
+_SECRET = re.compile(rb"[\x21-\x7e]{32,4096}")
 STORE_VERSION = 1
 
 AMBIGUOUS = object()  # two different credentials in one request
@@ -130,14 +135,31 @@ class KeyStore:
         return self.folder / "keys.secret"
 
     def secret(self, create: bool = False) -> bytes | None:
-        if is_regular_file(self.secret_path):
-            text = self.secret_path.read_text(encoding="ascii", errors="replace").strip()
-            if len(text) >= 32:
-                return text.encode()
+        """The HMAC secret; None when there is none yet (and not `create`). A secret file
+        that holds something else is refused, never read with replacement characters nor
+        written over: every stored digest was made with it."""
+        path = self.secret_path
+        if path.exists() or path.is_symlink():
+            return self._stored_secret()
         if not create:
             return None
-        write_private_atomically(self.secret_path, secrets.token_hex(32))
-        return self.secret_path.read_text(encoding="ascii").strip().encode()
+        write_private_atomically(path, secrets.token_hex(32))
+        return self._stored_secret()
+
+    def _stored_secret(self) -> bytes:
+        path = self.secret_path
+        data = b""
+        if is_regular_file(path):
+            with path.open("rb") as handle:
+                data = handle.read(MAX_SECRET_BYTES + 1).strip()
+        if len(data) < MIN_SECRET_CHARS or not _SECRET.fullmatch(data):
+            raise KeyError_(
+                f"the key store's secret {path} is damaged (it must hold {MIN_SECRET_CHARS} "
+                "to 4,096 characters of printable ASCII)",
+                f"restore it from a backup, or remove it and {self.path} and add the keys "
+                "again (sm120 gateway keys add)",
+            )
+        return data
 
     def entries(self) -> list[KeyEntry]:
         if not self.path.exists():
@@ -145,7 +167,15 @@ class KeyStore:
         data = read_json_capped(
             self.path, MAX_STORE_BYTES, "the key store", f"remove {self.path} to start over"
         )
-        return parse_entries(data, self.path)
+        entries = parse_entries(data, self.path)
+        # Keys without the secret their digests were made with open nothing: say so.
+        if entries and self.secret() is None:
+            raise KeyError_(
+                f"the key store {self.path} holds keys but their secret {self.secret_path} "
+                "is missing",
+                f"restore it from a backup, or remove {self.path} and add the keys again",
+            )
+        return entries
 
     def save(self, entries: list[KeyEntry]) -> None:
         rows = [{k: v for k, v in asdict(e).items() if k != "admin"} for e in entries]

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from sm120.core.errors import SM120Error
 from sm120.core.pidlock import PidLock
-from sm120.engine.secrets import read_api_key
+from sm120.engine.secrets import MOUNTED_KEY_REMEDY, read_api_key
 from sm120.engine.state import private_dir
 from sm120.gateway import proxy
 from sm120.gateway.access_log import AccessLog
@@ -84,7 +84,7 @@ def _backends_and_key(
         find = static_discover(load_static_backends(config.backends_file))
     if config.key_file is None:
         return find, None
-    key = read_api_key(str(config.key_file))
+    key = read_api_key(str(config.key_file), MOUNTED_KEY_REMEDY)
     if key is None:
         raise GatewayKeyMissing(
             f"the gateway key file {config.key_file} is missing or empty",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120.core.errors import SM120Error
-from sm120.engine.secrets import read_api_key
+from sm120.engine.secrets import MOUNTED_KEY_REMEDY, read_api_key
 from sm120.gateway.backends import Backend
 
 BACKENDS_HINT = 'write {"backends": [{"model", "service", "url", "key_file"}, ...]}'
@@ -90,7 +90,7 @@ def _backend(row: Any, path: Path) -> Backend:
             f"backends file {path}: backend '{row['model']}' has a socket that is not a path",
             BACKENDS_HINT,
         )
-    key = read_api_key(row["key_file"])
+    key = read_api_key(row["key_file"], MOUNTED_KEY_REMEDY)
     if key is None:
         raise StaticBackendsError(
             f"backend '{row['model']}': its key file {row['key_file']} is missing or empty",

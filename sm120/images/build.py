@@ -23,6 +23,7 @@ from sm120.images.manifest import (
     patch_entries,
 )
 from sm120.plan.resolve import LaunchPlan
+from sm120.recipe.schema import build_arg_problem
 
 Progress = Callable[[str], None]
 
@@ -40,6 +41,16 @@ class BuildOptions:
     network: str | None = None
     # Extra build arguments on top of the recipe's (e.g. TORCH_INDEX_URL=).
     build_args: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The recipe's own build_args are checked by its schema; these are held to the same.
+        for key, value in self.build_args.items():
+            problem = build_arg_problem(key, value)
+            if problem:
+                raise SM120Error(f"--build-arg {problem}", BUILD_ARG_HINT)
+
+
+BUILD_ARG_HINT = "e.g. --build-arg TORCH_INDEX_URL="
 
 
 @dataclass(frozen=True)

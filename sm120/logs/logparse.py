@@ -502,6 +502,18 @@ def capped_text_lines(stream: TextIO) -> Iterator[str]:
         yield line
 
 
+def at_most(lines: Iterable[str], max_chars: int, hint: str) -> Iterator[str]:
+    """`lines` until they have carried `max_chars` characters: past that, LogReadError. A
+    pipe of something that is not a log (`yes | ...`, /dev/urandom) then ends in one line
+    instead of being read for ever."""
+    read = 0
+    for line in lines:
+        read += len(line)
+        if read > max_chars:
+            raise LogReadError(f"stdin carried more than {max_chars >> 20:,} MiB", hint)
+        yield line
+
+
 def parse_lines(lines: Iterable[str], *, sm: int | None = None) -> Iterator[Event]:
     """Events from lines one at a time (the monitor's live tail)."""
     parser = LogParser(sm=sm)

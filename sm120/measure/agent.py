@@ -39,6 +39,8 @@ MAX_NOTES_TOKENS = 4000
 AGENT_TURN_S = 600.0
 PROTOCOL_ONLY_RECIPES = ("tiny",)
 """Recipes whose weights are random: only the protocol can be checked."""
+AGENT_VARIANTS = {"tiny": "agent"}
+"""Recipes whose default context is too short for the session, and the variant sized for it."""
 
 Prepare = Callable[[str, int, dict[str, Any]], dict[str, Any]]
 """(api, turn number, request fields) -> the fields to send: how a benchmark plays a client
@@ -123,6 +125,7 @@ def run_agent(
     results = []
     with target.wire(exchange_s=AGENT_TURN_S) as wire:
         system = system_prompt(wire, target.model, notes_tokens(options, target.max_model_len))
+        refuse_what_cannot_fit(wire, target, options, system)
         for api in options.apis:
             # A salt of its own at the head of the prompt: the hit rate is then this
             # session's own reuse, not blocks an earlier run or the other API's session left.
@@ -145,6 +148,43 @@ def run_agent(
         "prefix_cache": _cache_total([r["prefix_cache"] for r in results]),
         "cases": results,
     }
+
+
+class AgentDoesNotFit(SM120Error):
+    """The served context cannot hold the session's first turn."""
+
+
+def refuse_what_cannot_fit(wire: Wire, target: Target, options: AgentOptions, system: str) -> None:
+    """Before any turn: the first turn (the system prompt, the tools as the chat template
+    renders them, the first message) and its answer must fit the served context, or every
+    turn would fail alike. Said in one line, with the launch that fits; a server without
+    /tokenize, or of no known context, is not asked."""
+    limit = target.max_model_len
+    if limit is None:
+        return
+    first = [{"role": "system", "content": system}, {"role": "user", "content": STEPS[0].say}]
+    tools = [tool.for_chat() for tool in tools_by_name().values()]
+    ids = wire.tokenize(target.model, messages=first, tools=tools)
+    if ids is None:
+        return
+    answer = options.max_tokens or DEFAULT_ANSWER_TOKENS
+    if len(ids) + answer <= limit:
+        return
+    raise AgentDoesNotFit(
+        f"the agent session does not fit {target.model}'s {limit:,}-token context: its first "
+        f"turn is {len(ids):,} prompt tokens (the {len(tools)} tools rendered by the chat "
+        f"template) and {answer:,} to answer",
+        _fit_hint(target, len(ids), limit),
+    )
+
+
+def _fit_hint(target: Target, prompt: int, limit: int) -> str:
+    room = limit - prompt
+    shorter = f", or answer in fewer tokens (--max-tokens {room})" if room >= 64 else ""
+    variant = AGENT_VARIANTS.get(target.recipe or "")
+    if variant:
+        return f"launch the variant sized for agents: sm120 launch {target.recipe} -V {variant}"
+    return f"relaunch with a longer context (--set max-model-len=N){shorter}"
 
 
 class Session:

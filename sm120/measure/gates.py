@@ -20,6 +20,10 @@ from sm120.measure.text import filler
 from sm120.server.wire import Exchange, Wire
 
 TEMPLATE_ROOM = 256
+# How long one answer of a gate case may stream in all: a long thinking answer at the
+# slowest decode a served model has. A server that trickles for ever (never stalling long
+# enough to trip the stall bound, never reaching the 32 MiB cap) fails the case here.
+GATE_TURN_S = 1800.0
 TURN_ROOM = 64
 """Estimates of the conversation frame for servers that cannot count tokens (/tokenize)."""
 DEFAULT_ANSWER_ROOM = 2048
@@ -124,7 +128,7 @@ def run_cases(
     if random_model is not None:
         cases = [for_random_model(case, random_model) for case in cases]
     results = []
-    with target.wire() as wire:
+    with target.wire(exchange_s=GATE_TURN_S) as wire:
         maker = DocumentMaker(wire, target.model)
         for case in cases:
             result = run_case(

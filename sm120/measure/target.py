@@ -23,7 +23,7 @@ from sm120.engine.secrets import read_api_key
 from sm120.engine.state import (
     DeploymentState,
     deployment_dir,
-    deployments_root,
+    deployment_path,
     write_private_atomically,
 )
 from sm120.server.wire import ServedModel, Wire
@@ -130,7 +130,7 @@ def save_plan(deployment: str, document: dict[str, Any]) -> Path:
 
 def load_plan(state: DeploymentState) -> dict[str, Any] | None:
     """The plan saved at launch, if it is the one this deployment runs (same hash)."""
-    path = deployments_root() / state.name / PLAN_FILE
+    path = deployment_path(state.name) / PLAN_FILE
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

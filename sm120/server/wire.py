@@ -158,12 +158,16 @@ class Wire(Connection):
         prompt: str | None = None,
         messages: Sequence[Mapping[str, Any]] | None = None,
         special_tokens: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int] | None:
         """Token ids as the server counts them; None when the server has no /tokenize.
-        `special_tokens`: count a prompt as /v1/completions does (BOS included)."""
+        `special_tokens`: count a prompt as /v1/completions does (BOS included); `tools`
+        (with `messages`): chat tools, which the chat template renders into the prompt."""
         body: dict[str, Any] = {"model": model}
         if messages is not None:
             body["messages"] = list(messages)
+            if tools:
+                body["tools"] = list(tools)
         else:
             body["prompt"] = prompt or ""
             body["add_special_tokens"] = special_tokens

@@ -61,6 +61,7 @@ _LEADING = {
     ("eval", "gsm8k"): [],
     ("tune",): ["tiny"],
     ("gateway", "keys", "add"): ["ann"],
+    ("logs", "parse"): ["-"],
 }
 
 

@@ -313,13 +313,21 @@ def test_agent_session_protocol_and_prefix_reuse(served_agent: dict[str, Any]) -
     assert rows[0]["prefix_cache_queried_tokens"] >= total["queried_tokens"]
 
 
-def test_agent_session_refuses_more_turns_than_the_context_holds(served: dict[str, Any]) -> None:
-    code, data, _ = run_json(
-        served["home"], "test", "agent", "--api", "chat", "--turns", "6", "--max-tokens", "32"
+def test_agent_session_on_tinys_default_context_is_refused_before_a_turn(
+    served: dict[str, Any],
+) -> None:
+    """tiny's template renders the session's four tools: its first turn alone is more than
+    the default 1,024 tokens, which the real engine's /tokenize counts (tools included)."""
+    result = sm120(served["home"], "test", "agent", "--api", "chat", "--max-tokens", "32")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert (result.returncode, result.stdout, len(lines)) == (2, "", 1), result.stderr[-2000:]
+    assert lines[0].startswith(
+        "Error: the agent session does not fit tiny's 1,024-token context: its first turn is "
     )
-    assert code == 1
-    failures = data["suites"][0]["cases"][0]["failures"]
-    assert any("request failed: HTTP 400" in f for f in failures), failures
+    assert lines[0].endswith(
+        "prompt tokens (the 4 tools rendered by the chat template) and 32 to answer (hint: "
+        "launch the variant sized for agents: sm120 launch tiny -V agent)"
+    )
 
 
 # --- launch --gate ----------------------------------------------------------------------------

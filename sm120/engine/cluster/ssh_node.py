@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sm120.engine.cluster.hosts import parse_ssh_options
 from sm120.engine.cluster.node import NodeError, ProbeRequest, ProcessState, StartRequest
 
 KIND = "ssh"
@@ -46,7 +47,8 @@ class SshNode:
         self.host = host
         self.rank = rank
         self.python = python
-        self.options = tuple(options)
+        # Checked here, the one door to ssh: a record read back is held to what --ssh-option is.
+        self.options = parse_ssh_options(options)
         self.run_root = run_root
         self.ssh = ssh
         self.label = f"node{rank} ({host})"

@@ -3,6 +3,7 @@ the engine in a labelled container. Containers are found by label, never by gues
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,17 +62,24 @@ class DockerRuntime(ExitFileAndLog):
                              spec.api_key_file)  # fmt: skip
         started_at = time.time()
         container = docker_api.run_container(self.client, spec.container)
-        capture = _spawn_capture(container.id, log_path, exit_file, ward)
-        state = spec.started(
-            RUNTIME_NAME,
-            started_at,
-            log_path,
-            exit_file,
-            capture.pid,
-            start_ticks(capture.pid),
-            container_id=str(container.id),
-        )
-        save_state(state)
+        capture: subprocess.Popen[bytes] | None = None
+        try:
+            capture = _spawn_capture(container.id, log_path, exit_file, ward)
+            state = spec.started(
+                RUNTIME_NAME,
+                started_at,
+                log_path,
+                exit_file,
+                capture.pid,
+                start_ticks(capture.pid),
+                container_id=str(container.id),
+            )
+            save_state(state)
+        except BaseException:
+            # Ctrl-C (or an error) before the state names the container: `stop` could not
+            # find it, and the next launch would refuse it as running. Removed now.
+            _abandon(container, capture)
+            raise
         return state
 
     def _refuse_if_running(self, name: str) -> None:
@@ -151,6 +159,20 @@ class DockerRuntime(ExitFileAndLog):
 
 def _as_list(container: Any | None) -> list[Any]:
     return [container] if container is not None else []
+
+
+def _abandon(container: Any, capture: subprocess.Popen[bytes] | None) -> None:
+    if capture is not None:
+        # SIGTERM first: the capture then stops the ward it keeps (a SIGKILL would orphan it).
+        capture.terminate()
+        try:
+            capture.wait(5)
+        except subprocess.TimeoutExpired:
+            capture.kill()
+            capture.wait()
+    # The interrupt or error being raised says more than a failed removal would.
+    with contextlib.suppress(Exception):
+        container.remove(force=True)
 
 
 def _spawn_capture(

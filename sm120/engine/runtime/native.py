@@ -90,19 +90,25 @@ class NativeRuntime(ExitFileAndLog):
         exit_file.unlink(missing_ok=True)
         started_at = time.time()
         supervisor = _spawn_supervisor(spec, log_path, exit_file)
-        engine_pid = _wait_for_engine_pid(supervisor, warded=spec.engine_socket is not None)
-        state = spec.started(
-            RUNTIME_NAME,
-            started_at,
-            log_path,
-            exit_file,
-            supervisor.pid,
-            # Our unreaped child: its /proc entry stays even if it has exited already.
-            start_ticks(supervisor.pid),
-            engine_pid=engine_pid,
-            engine_start=start_ticks(engine_pid) if engine_pid else None,
-        )
-        save_state(state)
+        try:
+            engine_pid = _wait_for_engine_pid(supervisor, warded=spec.engine_socket is not None)
+            state = spec.started(
+                RUNTIME_NAME,
+                started_at,
+                log_path,
+                exit_file,
+                supervisor.pid,
+                # Our unreaped child: its /proc entry stays even if it has exited already.
+                start_ticks(supervisor.pid),
+                engine_pid=engine_pid,
+                engine_start=start_ticks(engine_pid) if engine_pid else None,
+            )
+            save_state(state)
+        except BaseException:
+            # Ctrl-C (or an error) before the state names the engine: nothing could stop it
+            # later, so it is stopped now, its whole group.
+            _abandon(supervisor)
+            raise
         return state
 
     def _refuse_if_running(self, name: str) -> None:
@@ -210,6 +216,29 @@ def _wait_for_engine_pid(supervisor: subprocess.Popen[bytes], *, warded: bool) -
             return pid
         time.sleep(POLL_INTERVAL / 2)
     return None
+
+
+def _abandon(supervisor: subprocess.Popen[bytes]) -> None:
+    """Stop a supervisor this process just started, and everything in its session: SIGTERM,
+    then SIGKILL after KILL_GRACE. Its pid is ours until it is reaped, so the group is too."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(supervisor.pid, signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            supervisor.wait(timeout=KILL_GRACE)
+        if not _group_alive(supervisor.pid):
+            break
+    _started.pop(supervisor.pid, None)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill_group(group: OwnedGroup) -> None:
