@@ -13,7 +13,10 @@ main before a change to the front), so a change's cost is measured side by side.
 the key lookup, the limits, the turns and the usage record, against "gateway"'s admin key.
 "gateway, engine on a unix socket" is a gateway whose backend is the same engine on its unix
 socket (a warded deployment's, Backend.socket), beside "direct, unix socket": what the
-gateway adds either way, TCP or socket to the engine, in one run.
+gateway adds either way, TCP or socket to the engine, in one run. "ward" is sm120's engine
+ward (sm120/engine/ward.py) holding a port in front of that socket, as for a warded
+deployment: what it adds over "direct, unix socket" is what a client of the deployment's port
+pays for it.
 
 Seconds on any machine; the H200 run of benchmarks/gateway_overhead.py, against a real engine,
 is the one issue 36's goal is judged by.
@@ -223,6 +226,11 @@ def main() -> None:
     socket_env = {**env, "SM120_HOME": str(work / "home-socket")}
     socket_argv = gateway_argv(work, socket_port, backends="backends-socket.json")
     processes.append(subprocess.Popen(socket_argv, env=socket_env))
+    ward_port = free_port()
+    ward = [sys.executable, "-m", "sm120.engine.ward", "--host", "127.0.0.1", "--port",
+            str(ward_port), "--socket", engine_socket,
+            "--key-file", str(work / "engine_key")]  # fmt: skip
+    processes.append(subprocess.Popen(ward, env=env, stdout=subprocess.DEVNULL))
     keyed_env = {**env, "SM120_HOME": str(work / "home-keyed")}
     person_key = keyed_home(work / "home-keyed", args.keys)
     processes.append(subprocess.Popen(gateway_argv(work, keyed_port), env=keyed_env))
@@ -235,6 +243,7 @@ def main() -> None:
             "gateway, keys on": (connect(keyed_port), request_bytes(person_key)),
             "direct, unix socket": (connect(engine_socket), request_bytes("engine-key")),
             "gateway, engine on a unix socket": (connect(socket_port), request_bytes(KEY)),
+            "ward": (connect(ward_port), request_bytes("engine-key")),
         }
         if args.baseline is not None:
             sides["baseline gateway"] = (connect(baseline_port), request_bytes(KEY))
@@ -266,6 +275,12 @@ def main() -> None:
     # The gateway's own hop either way: each against the engine straight on the same transport.
     report["gateway adds to the first event over the socket (vs direct on it), ms"] = round(
         (first["gateway, engine on a unix socket"] - first["direct, unix socket"]) * 1000, 3
+    )
+    report["ward adds to the first event over the socket (vs direct on it), ms"] = round(
+        (first["ward"] - first["direct, unix socket"]) * 1000, 3
+    )
+    report["ward, whole stream ratio (ward / direct on the socket)"] = round(
+        whole["ward"] / whole["direct, unix socket"], 4
     )
     report["the socket against TCP for the gateway's own hop, first event, ms"] = round(
         (first["gateway, engine on a unix socket"] - first["gateway"]) * 1000, 3
