@@ -367,20 +367,23 @@ def measure(args: argparse.Namespace, stack: Stack, sides: list[Side]) -> dict[s
     sm120(stack.home, "gateway", "stop")
     last_row, _ = stack.gateway_ttfts("flood", 0)
     results: dict[str, Any] = {}
-    for side in sides:
-        print(f"side {side.name} ...", file=sys.stderr, flush=True)
-        stack.restart_gateway(side)
-        results[side.name] = asyncio.run(run_side(side, stack, args))
-        sm120(stack.home, "gateway", "stop")  # flushes usage.db
-        if side.keys == "shared":  # the agent's rows are among the flood's
-            last_row, _ = stack.gateway_ttfts("flood", last_row)
-            continue
-        row, at_gateway = stack.gateway_ttfts("agent" if side.keys == "fair" else "flood", last_row)
-        last_row = row
-        # A fair side's first row is the warm-up "hi"; then the session's turns, in order.
-        skip = 1 if side.keys == "fair" else 0
-        for turn, ttft in zip(results[side.name]["turns"], at_gateway[skip:], strict=False):
-            turn["gateway_head_ms"] = ttft
+    for round_ in range(args.rounds):  # rounds in rotation: a noisy box's drift hits each side
+        for side in sides:
+            print(f"round {round_ + 1}, side {side.name} ...", file=sys.stderr, flush=True)
+            stack.restart_gateway(side)
+            result = asyncio.run(run_side(side, stack, args))
+            sm120(stack.home, "gateway", "stop")  # flushes usage.db
+            agent = "agent" if side.keys == "fair" else "flood"
+            last_row, at_gateway = stack.gateway_ttfts(agent, last_row)
+            if side.keys == "shared":  # the agent's rows and turn waits are among the flood's
+                for turn in result["turns"]:
+                    turn["gateway_turn_wait_ms"] = turn["gateway_turn_waits"] = None
+            else:
+                # A fair side's first row is the warm-up "hi"; then the session's turns.
+                skip = 1 if side.keys == "fair" else 0
+                for turn, ttft in zip(result["turns"], at_gateway[skip:], strict=False):
+                    turn["gateway_head_ms"] = ttft
+            results.setdefault(side.name, []).append(result)
     return results
 
 
@@ -390,30 +393,33 @@ async def warm(args: argparse.Namespace, stack: Stack) -> None:
         await agent_session(session, stack.url, stack.keys["flood"], args)
 
 
-def summary(results: dict[str, Any]) -> dict[str, Any]:
-    def median(values: list[float]) -> float | None:
-        values = [v for v in values if v is not None]
-        return round(statistics.median(values), 1) if values else None
+def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def median(values: list[Any]) -> float | None:
+        present = [v for v in values if v is not None]
+        return round(statistics.median(present), 1) if present else None
 
     figures = {}
-    for side, result in results.items():
-        turns = result["turns"]
+    for side, rounds in results.items():
+        turns = [turn for result in rounds for turn in result["turns"]]
         ttfts = [t["ttft_ms"] for t in turns]
+        firsts = [result["turns"][0]["ttft_ms"] for result in rounds]
+        later = [t["ttft_ms"] for result in rounds for t in result["turns"][1:]]
         figures[side] = {
             "median_ttft_ms": median(ttfts),
-            "turn1_ttft_ms": ttfts[0],
-            "median_later_turns_ms": median(ttfts[1:]),
+            "turn1_ttft_ms": median(firsts),
+            "median_later_turns_ms": median(later),
             "max_ttft_ms": max(ttfts),
             "median_gateway_turn_wait_ms": median([t.get("gateway_turn_wait_ms") for t in turns]),
             "median_gateway_head_ms": median([t.get("gateway_head_ms") for t in turns]),
             "median_engine_running": median([t.get("running") for t in turns]),
-            "flood_tokens_per_s": result.get("flood_tokens_per_s"),
+            "flood_tokens_per_s": median([result.get("flood_tokens_per_s") for result in rounds]),
+            "median_ttft_ms_by_round": [median([t["ttft_ms"] for t in r["turns"]]) for r in rounds],
         }
     idle = figures.get("idle", {}).get("median_ttft_ms")
     ratios = {
         side: round(f["median_ttft_ms"] / idle, 3)
         for side, f in figures.items()
-        if idle and side != "idle"
+        if idle and side != "idle" and f["median_ttft_ms"] is not None
     }
     return {"figures": figures, "ratio_over_idle": ratios}
 
@@ -444,6 +450,7 @@ def main() -> None:
     parser.add_argument("--notes", type=int, default=800, help="system prompt filler tokens")
     parser.add_argument("--ramp-s", type=float, default=3.0)
     parser.add_argument("--sides", default=DEFAULT_SIDES, help=f"default: {DEFAULT_SIDES}")
+    parser.add_argument("--rounds", type=int, default=1, help="every side N times, in turn")
     parser.add_argument("--gpu", action="store_true", help="launch tiny -V gpu (CUDA vLLM)")
     parser.add_argument("--shape", choices=("tiny", "1b", "8b"), default="tiny")
     parser.add_argument("--out", type=Path, default=None)
@@ -477,7 +484,7 @@ def main() -> None:
         "shape": args.shape, "gpu": args.gpu, "flood": args.flood,
         "flood_tokens": args.flood_tokens, "max_num_seqs": args.max_num_seqs,
         "turns": args.turns, "turn_tokens": args.turn_tokens, "notes_tokens": args.notes,
-        "wall_s": round(time.monotonic() - began, 1),
+        "rounds": args.rounds, "wall_s": round(time.monotonic() - began, 1),
         **summary(results), "sides": results,
     }  # fmt: skip
     print_table(result)
