@@ -186,13 +186,22 @@ def histogram_delta(
 
 
 # --- the clients ----------------------------------------------------------------------------
+@dataclass
+class Answer:
+    first_token_s: float  # the first streamed event with a choice (vLLM sends it with token 1)
+    first_text_s: float  # the first delta with text or a tool call (what a user sees)
+    events_before_text: int  # the random model's tokens that showed nothing (empty deltas)
+    text: str
+
+
 async def ask(
     session: aiohttp.ClientSession, url: str, key: str, body: dict[str, Any],
     on_first: Callable[[], None] | None = None,
-) -> tuple[float, str]:  # fmt: skip
-    """(seconds to the first streamed delta, the reply's text)."""
+) -> Answer:  # fmt: skip
     started = time.perf_counter()
-    first: float | None = None
+    first_token: float | None = None
+    first_text: float | None = None
+    events_before = 0
     text: list[str] = []
     headers = {"Authorization": f"Bearer {key}"}
     async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as answer:
@@ -203,14 +212,21 @@ async def ask(
             if not line.startswith(b"data: {"):
                 continue
             choices = json.loads(line[6:])["choices"]
-            delta = choices[0]["delta"] if choices else {}
+            if not choices:
+                continue
+            if first_token is None:
+                first_token = time.perf_counter() - started
+                if on_first is not None:
+                    on_first()
+            delta = choices[0]["delta"]
             if delta.get("content") or delta.get("tool_calls"):
-                if first is None:
-                    first = time.perf_counter() - started
-                    if on_first is not None:
-                        on_first()
+                if first_text is None:
+                    first_text = time.perf_counter() - started
                 text.append(delta.get("content") or "")
-    return first or float("nan"), "".join(text)
+            elif first_text is None:
+                events_before += 1
+    nan = float("nan")
+    return Answer(first_token or nan, first_text or nan, max(events_before - 1, 0), "".join(text))
 
 
 async def agent_session(
@@ -231,10 +247,15 @@ async def agent_session(
         }  # fmt: skip
         turn: dict[str, Any] = {}
         if probe is None:
-            ttft, reply = await ask(session, url, key, body)
+            answer = await ask(session, url, key, body)
         else:
-            ttft, reply, turn = await probed_ask(session, url, key, body, probe, key_name)
-        turns.append({"ttft_ms": round(ttft * 1000, 2), **turn})
+            answer, turn = await probed_ask(session, url, key, body, probe, key_name)
+        reply = answer.text
+        turns.append({
+            "ttft_ms": round(answer.first_token_s * 1000, 2),
+            "first_text_ms": round(answer.first_text_s * 1000, 2),
+            "empty_deltas_before_text": answer.events_before_text, **turn,
+        })  # fmt: skip
         messages.append({"role": "assistant", "content": reply or "(tool call)"})
         result = step.result
     return turns
@@ -243,7 +264,7 @@ async def agent_session(
 async def probed_ask(
     session: aiohttp.ClientSession, url: str, key: str, body: dict[str, Any], probe: Probe,
     key_name: str,
-) -> tuple[float, str, dict[str, Any]]:  # fmt: skip
+) -> tuple[Answer, dict[str, Any]]:  # fmt: skip
     """One turn, and the gateway's and the engine's figures around it."""
     before = await probe.engine_now()
     waits_before = await probe.turn_wait_s(key_name)
@@ -256,12 +277,11 @@ async def probed_ask(
     asking = asyncio.ensure_future(ask(session, url, key, body, on_first))
     await asyncio.wait([first_token, asking], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
     at_first = await probe.engine_now()
-    ttft, reply = await asking
+    answer = await asking
     after = await probe.engine_now()
     waits_after = await probe.turn_wait_s(key_name)
     return (
-        ttft,
-        reply,
+        answer,
         {
             "running": int(before.get(ENGINE_GAUGES[0], 0)),
             "waiting": int(before.get(ENGINE_GAUGES[1], 0)),
@@ -361,7 +381,10 @@ async def run_side(side: Side, stack: Stack, args: argparse.Namespace) -> dict[s
     }
 
 
-def measure(args: argparse.Namespace, stack: Stack, sides: list[Side]) -> dict[str, Any]:
+def measure(
+    args: argparse.Namespace, stack: Stack, sides: list[Side],
+    saved: Callable[[dict[str, Any]], object],
+) -> dict[str, Any]:  # fmt: skip
     stack.restart_gateway(Side("warm", "idle"))
     asyncio.run(warm(args, stack))  # unmeasured: the engine's compile and prefix caches
     sm120(stack.home, "gateway", "stop")
@@ -384,6 +407,7 @@ def measure(args: argparse.Namespace, stack: Stack, sides: list[Side]) -> dict[s
                 for turn, ttft in zip(result["turns"], at_gateway[skip:], strict=False):
                     turn["gateway_head_ms"] = ttft
             results.setdefault(side.name, []).append(result)
+            saved(results)
     return results
 
 
@@ -414,6 +438,10 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "median_engine_running": median([t.get("running") for t in turns]),
             "flood_tokens_per_s": median([result.get("flood_tokens_per_s") for result in rounds]),
             "median_ttft_ms_by_round": [median([t["ttft_ms"] for t in r["turns"]]) for r in rounds],
+            "median_first_text_ms": median([t.get("first_text_ms") for t in turns]),
+            "median_empty_deltas_before_text": median(
+                [t.get("empty_deltas_before_text") for t in turns]
+            ),
         }
     idle = figures.get("idle", {}).get("median_ttft_ms")
     ratios = {
@@ -421,20 +449,36 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for side, f in figures.items()
         if idle and side != "idle" and f["median_ttft_ms"] is not None
     }
-    return {"figures": figures, "ratio_over_idle": ratios}
+    idle_text = figures.get("idle", {}).get("median_first_text_ms")
+    text_ratios = {
+        side: round(f["median_first_text_ms"] / idle_text, 3)
+        for side, f in figures.items()
+        if idle_text and side != "idle" and f["median_first_text_ms"] is not None
+    }
+    return {
+        "figures": figures,
+        "ratio_over_idle": ratios,
+        "first_text_ratio_over_idle": text_ratios,
+    }
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print("side                agent median TTFT  over idle  turn1   worst   turn wait  "
-          "gw head  engine running  flood tok/s")  # fmt: skip
+    print(
+        "side               first token  over idle  turn 1  worst | first text  over idle "
+        "empty | turn wait  gw head  running  flood tok/s"
+    )
     for side, f in result["figures"].items():
+        cells = {k: (v if v is not None else 0.0) for k, v in f.items()}
         ratio = result["ratio_over_idle"].get(side, 1.0)
+        text_ratio = result["first_text_ratio_over_idle"].get(side, 1.0)
         print(
-            f"{side:<18}  {f['median_ttft_ms']:>10.1f} ms  {ratio:>8.2f}x  "
-            f"{f['turn1_ttft_ms']:>6.0f}  {f['max_ttft_ms']:>6.0f}  "
-            f"{f['median_gateway_turn_wait_ms'] or 0:>7.1f}ms  "
-            f"{f['median_gateway_head_ms'] or 0:>6.1f}  "
-            f"{f['median_engine_running'] or 0:>14.0f}  {f['flood_tokens_per_s'] or 0:>10.0f}"
+            f"{side:<17} {cells['median_ttft_ms']:>9.1f} ms {ratio:>9.2f}x "
+            f"{cells['turn1_ttft_ms']:>7.0f} {cells['max_ttft_ms']:>6.0f} | "
+            f"{cells['median_first_text_ms']:>7.1f} ms {text_ratio:>8.2f}x "
+            f"{cells['median_empty_deltas_before_text']:>5.1f} | "
+            f"{cells['median_gateway_turn_wait_ms']:>6.1f} ms "
+            f"{cells['median_gateway_head_ms']:>6.1f} {cells['median_engine_running']:>8.0f} "
+            f"{cells['flood_tokens_per_s']:>12.0f}"
         )
 
 
@@ -476,23 +520,30 @@ def main() -> None:
         sm120(home, "gateway", "start", "--port", str(gateway_port))  # makes the admin key
         admin = (home / "gateway" / "api_key").read_text().strip()
         stack = Stack(home, f"http://127.0.0.1:{port}", gateway_port, keys, admin)
-        results = measure(args, stack, sides)
+        results = measure(args, stack, sides, lambda so_far: save(args, began, so_far))
     finally:
         sm120(home, "gateway", "stop")
         sm120(home, "stop")
+    result = save(args, began, results)
+    print_table(result)
+    print(json.dumps({k: v for k, v in result.items() if k != "sides"}, indent=2))
+
+
+def save(args: argparse.Namespace, began: float, results: dict[str, Any]) -> dict[str, Any]:
+    """The figures so far, written to --out after every side (a run cut short by a device's
+    time limit keeps what it measured)."""
     result = {
         "shape": args.shape, "gpu": args.gpu, "flood": args.flood,
         "flood_tokens": args.flood_tokens, "max_num_seqs": args.max_num_seqs,
         "turns": args.turns, "turn_tokens": args.turn_tokens, "notes_tokens": args.notes,
-        "rounds": args.rounds, "wall_s": round(time.monotonic() - began, 1),
-        **summary(results), "sides": results,
+        "rounds": args.rounds, "sides_asked": args.sides,
+        "wall_s": round(time.monotonic() - began, 1), **summary(results), "sides": results,
     }  # fmt: skip
-    print_table(result)
-    print(json.dumps({k: v for k, v in result.items() if k != "sides"}, indent=2))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         name = f"fair-turns-{args.shape}-{'gpu' if args.gpu else 'cpu'}-sides.json"
         (args.out / name).write_text(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":
