@@ -5,6 +5,7 @@ agent's time to first token against the same session on an idle engine, every si
 run against one engine (the gateway is restarted for each side with its turn policy).
 
 Sides (--sides, in order):
+  direct            the session alone, straight to the engine (what the gateway adds to idle)
   idle              the session alone, through the gateway
   shared            the flood and the session under ONE key: no fairness, the engine's FCFS
   fair:SHARE:HOLD   the flood under its key, the session under its own, the gateway started
@@ -68,7 +69,7 @@ ENGINE_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:request_queue_tim
 @dataclass(frozen=True)
 class Side:
     name: str
-    keys: str  # "idle", "shared" or "fair"
+    keys: str  # "direct", "idle", "shared" or "fair"
     busy_share: float | None = None
     hold_s: float | None = None
 
@@ -81,13 +82,13 @@ class Side:
 def parse_sides(text: str) -> list[Side]:
     sides = []
     for name in filter(None, (part.strip() for part in text.split(","))):
-        if name in ("idle", "shared"):
+        if name in ("direct", "idle", "shared"):
             sides.append(Side(name, name))
             continue
         kind, _, rest = name.partition(":")
         share, _, hold = rest.partition(":")
         if kind != "fair" or not share or not hold:
-            raise SystemExit(f"--sides: {name!r} is not idle, shared or fair:SHARE:HOLD")
+            raise SystemExit(f"--sides: {name!r} is not direct, idle, shared or fair:SHARE:HOLD")
         sides.append(Side(name, "fair", float(share), float(hold)))
     return sides
 
@@ -360,6 +361,9 @@ async def run_side(side: Side, stack: Stack, args: argparse.Namespace) -> dict[s
         if side.keys == "idle":
             return {"turns": await agent_session(session, stack.url, stack.keys[agent], args,
                                                  probe, agent)}  # fmt: skip
+        if side.keys == "direct":  # the engine's own port, its key: what the gateway adds
+            return {"turns": await agent_session(session, stack.engine_url, KEY, args, probe,
+                                                 agent)}  # fmt: skip
         if side.keys == "fair":
             # The agent's key is at work on the engine (busy) before the flood starts.
             await ask(session, stack.url, stack.keys["agent"], {"model": "tiny", "max_tokens": 1,
@@ -374,10 +378,14 @@ async def run_side(side: Side, stack: Stack, args: argparse.Namespace) -> dict[s
             stop.set()
         seconds = time.perf_counter() - started
         done = await flooding
+        # The flood's waits for turns: its share, and first token first's holds.
+        flood_waits, flood_wait_s = await probe.turn_wait_s("flood")
     return {
         "turns": turns,
         "flood_requests_done": done,
         "flood_tokens_per_s": round(done * args.flood_tokens / (seconds + args.ramp_s), 1),
+        "flood_turn_waits": int(flood_waits),
+        "flood_turn_wait_s": round(flood_wait_s, 3),
     }
 
 
@@ -398,7 +406,7 @@ def measure(
             sm120(stack.home, "gateway", "stop")  # flushes usage.db
             agent = "agent" if side.keys == "fair" else "flood"
             last_row, at_gateway = stack.gateway_ttfts(agent, last_row)
-            if side.keys == "shared":  # the agent's rows and turn waits are among the flood's
+            if side.keys in ("shared", "direct"):  # no rows of the agent's alone
                 for turn in result["turns"]:
                     turn["gateway_turn_wait_ms"] = turn["gateway_turn_waits"] = None
             else:
