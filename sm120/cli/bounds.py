@@ -85,6 +85,13 @@ BOUNDS: dict[str, Bound] = {
     ),
     "--max-awake": Bound(0, 1024, "how many deployments fit at once; 0 never swaps"),
     "--swap-wait": Bound(1, DAY_S, "seconds a request waits for a swap, e.g. --swap-wait 600"),
+    "--busy-share": Bound(
+        0,
+        1,
+        "the part of an engine's slots one key may hold, e.g. --busy-share 0.5",
+        open_low=True,
+    ),
+    "--first-token-hold": Bound(0, 30, "seconds, e.g. --first-token-hold 1 (0: off)"),
     "tune --budget": Bound(0, 7 * 24 * 60, "minutes, e.g. --budget 30", open_low=True),
     "tune --rounds": Bound(1, 100, "measurements per candidate, e.g. --rounds 3"),
     "tune --pairs": Bound(1, 100, "alternating default/leader pairs, e.g. --pairs 3"),

@@ -11,6 +11,8 @@ import typer
 
 from sm120.cli.errors import cli_errors
 from sm120.gateway.config import (
+    DEFAULT_BUSY_SHARE,
+    DEFAULT_FIRST_TOKEN_HOLD_S,
     DEFAULT_HOST,
     DEFAULT_MAX_AWAKE,
     DEFAULT_PORT,
@@ -77,12 +79,24 @@ def start(
         help="Log each request's prompt structure (lengths and hashes, no text) for "
         "'sm120 gateway analyze'.",
     ),
+    busy_share: float = typer.Option(
+        DEFAULT_BUSY_SHARE,
+        "--busy-share",
+        help="Fair turns: the part of an engine's --max-num-seqs slots one key may hold while "
+        "another key is busy on it (0.5: 32 of 64).",
+    ),
+    first_token_hold: float = typer.Option(
+        DEFAULT_FIRST_TOKEN_HOLD_S,
+        "--first-token-hold",
+        help="Fair turns: seconds at most that a busier key's new requests wait while "
+        "another key's request waits for its first token (0: off).",
+    ),
 ) -> None:
     """Start the gateway (detached unless --foreground); a running one is left as it is."""
     from sm120.core.net import client_url, exposure_warning
     from sm120.core.ports import ensure_port_free
     from sm120.gateway.aliases import AliasTable, load_alias_file, merged, parse_alias
-    from sm120.gateway.config import GatewayConfig
+    from sm120.gateway.config import GatewayConfig, TurnPolicy
     from sm120.gateway.control import check_config, start_gateway
     from sm120.gateway.files import ensure_gateway_key, gateway_files
     from sm120.gateway.server import serve
@@ -95,6 +109,7 @@ def start(
     config = GatewayConfig(
         host, port, max_awake, swap_wait, aliases=chosen, normalize_prompts=normalize_prompts,
         record_usage=not no_usage, request_log=request_log,
+        turns=TurnPolicy(busy_share, first_token_hold),
     )  # fmt: skip
     if not foreground:
         started = start_gateway(config, files)

@@ -1,5 +1,6 @@
 """`python -m sm120.gateway --host H --port P [--max-awake N] [--swap-wait S]
-[--alias NAME=DEPLOYMENT ...] [--normalize-prompts] [--no-usage] [--request-log]`: the
+[--alias NAME=DEPLOYMENT ...] [--normalize-prompts] [--no-usage] [--request-log]
+[--busy-share F] [--first-token-hold S]`: the
 gateway process that `sm120 gateway start` runs detached (or in the foreground).
 
 `--backends FILE --key-file KEY` is the static mode a compose project runs (sm120.gateway.static):
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from sm120.core.errors import SM120Error
 from sm120.gateway.aliases import parse_alias
-from sm120.gateway.config import GatewayConfig
+from sm120.gateway.config import GatewayConfig, TurnPolicy
 from sm120.gateway.files import gateway_files
 from sm120.gateway.server import serve
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-access-log", dest="access_log", action="store_false")
     parser.add_argument("--no-usage", action="store_true")
     parser.add_argument("--request-log", action="store_true")
+    parser.add_argument("--busy-share", type=float, default=TurnPolicy.busy_share)
+    parser.add_argument("--first-token-hold", type=float, default=TurnPolicy.first_token_hold_s)
     args = parser.parse_args(argv)
     try:
         config = GatewayConfig(
@@ -39,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             tuple(parse_alias(text) for text in args.alias), args.normalize_prompts,
             args.access_log,
             record_usage=not args.no_usage, request_log=args.request_log,
+            turns=TurnPolicy(args.busy_share, args.first_token_hold),
         )  # fmt: skip
         serve(config, gateway_files())
     except SM120Error as exc:

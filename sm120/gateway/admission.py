@@ -11,6 +11,7 @@ turn on the deployment (queued; 429 if none comes) -> served, watched -> recorde
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from sm120.gateway.config import TurnPolicy
 from sm120.gateway.keys import AMBIGUOUS, KeyEntry, KeyRing, presented_credential
 from sm120.gateway.limits import Limits, Refusal, Turns, TurnTable
 from sm120.gateway.meter import Meter
@@ -82,6 +84,8 @@ class Ticket:
     started: float = field(default_factory=time.monotonic)
     tap: Tap = field(default_factory=Tap)
     held_turn: bool = False
+    # Its id among the requests waiting for a first token (first token first), if it is one.
+    first: int | None = None
     done: bool = False
     body: dict[str, Any] | None = None  # kept only for the opt-in request log
 
@@ -90,11 +94,12 @@ class Team:
     """Keys, limits, turns, usage and the per-key counters, for one gateway."""
 
     def __init__(
-        self, ring: KeyRing, usage: UsageWriter | None = None, meter: Meter | None = None
-    ) -> None:
+        self, ring: KeyRing, usage: UsageWriter | None = None, meter: Meter | None = None,
+        policy: TurnPolicy | None = None,
+    ) -> None:  # fmt: skip
         self.ring = ring
         self.limits = Limits()
-        self.turns = TurnTable()
+        self.turns = TurnTable(policy)
         self.usage = usage
         self.meter = meter or Meter()
 
@@ -137,6 +142,8 @@ class Team:
         """A slot at once, or False: then `wait_turn`."""
         assert ticket.turns is not None
         ticket.held_turn = ticket.turns.try_enter(ticket.entry.name)
+        if ticket.held_turn:
+            self._await_first(ticket)
         return ticket.held_turn
 
     async def wait_turn(self, ticket: Ticket) -> Refusal | None:
@@ -148,6 +155,8 @@ class Team:
             self.withdraw(ticket)
             raise
         if ticket.held_turn:
+            self.meter.waited(ticket.entry.name, time.monotonic() - ticket.started)
+            self._await_first(ticket)
             return None
         self.limits.leave(ticket.entry.name)
         ticket.turns = None
@@ -155,24 +164,39 @@ class Team:
         self.meter.refused(ticket.entry.name, "busy")
         return Refusal("busy", message, 1)
 
+    @staticmethod
+    def _await_first(ticket: Ticket) -> None:
+        """First token first: the tap says when the answer's first event passes."""
+        assert ticket.turns is not None
+        first = ticket.turns.await_first_token(ticket.entry.name)
+        if first is not None:
+            ticket.first = first
+            ticket.tap.on_first = functools.partial(ticket.turns.first_token, first)
+
+    @staticmethod
+    def _leave_turn(ticket: Ticket) -> None:
+        turns, ticket.turns = ticket.turns, None
+        if turns is None or not ticket.held_turn:
+            return
+        if ticket.first is not None:
+            ticket.tap.on_first = None
+            turns.first_token(ticket.first)  # ended without one: the hold ends too
+        turns.leave(ticket.entry.name)
+
     # --- done ---
     def withdraw(self, ticket: Ticket) -> None:
         """The fast path handed the request to the application, which admits it anew."""
         if ticket.done:
             return
         ticket.done = True
-        if ticket.turns is not None and ticket.held_turn:
-            ticket.turns.leave(ticket.entry.name)
-        ticket.turns = None
+        self._leave_turn(ticket)
         self.limits.unadmit(ticket.entry.name, ticket.started)
 
     def finish(self, ticket: Ticket, status: int = 0) -> None:
         if ticket.done:
             return
         ticket.done = True
-        if ticket.turns is not None and ticket.held_turn:
-            ticket.turns.leave(ticket.entry.name)
-        ticket.turns = None
+        self._leave_turn(ticket)
         name = ticket.entry.name
         self.limits.leave(name)
         record = Record.of(name, ticket.model, ticket.protocol, ticket.started, ticket.tap, status)

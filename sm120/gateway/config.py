@@ -18,6 +18,21 @@ DEFAULT_MAX_AWAKE = 0
 # How long a request waits for its model to come up: a cold start of a big model may take
 # 40 minutes, but a client should hear back sooner (503 + Retry-After); the swap goes on.
 DEFAULT_SWAP_WAIT_S = 600.0
+# Fair turns between keys on one engine (sm120.gateway.limits): while another key is busy on
+# it, one key holds at most this part of the engine's --max-num-seqs slots ...
+DEFAULT_BUSY_SHARE = 0.5
+# ... and a lighter key's request that waits for its first token holds back the heavier
+# keys' new requests for at most this long (0: never).
+DEFAULT_FIRST_TOKEN_HOLD_S = 1.0
+
+
+@dataclass(frozen=True)
+class TurnPolicy:
+    """How the gateway shares one engine's slots between keys (docs/gateway.md, "Fair
+    turns")."""
+
+    busy_share: float = DEFAULT_BUSY_SHARE
+    first_token_hold_s: float = DEFAULT_FIRST_TOKEN_HOLD_S
 
 
 @dataclass(frozen=True)
@@ -41,3 +56,5 @@ class GatewayConfig:
     record_usage: bool = True
     # Opt-in: each request's prompt structure (lengths and hashes) for `gateway analyze`.
     request_log: bool = False
+    # Fair turns between keys on one engine.
+    turns: TurnPolicy = TurnPolicy()

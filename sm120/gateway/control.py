@@ -24,12 +24,14 @@ from sm120.core.pidlock import end_holder, lock_is_held
 from sm120.core.ports import ensure_port_free
 from sm120.engine.background import start_detached
 from sm120.gateway.aliases import as_table
-from sm120.gateway.config import GatewayConfig
+from sm120.gateway.config import GatewayConfig, TurnPolicy
 from sm120.gateway.files import GatewayAddress, GatewayFiles, ensure_gateway_key, running_gateway
 
 GATEWAY_MODULE = "sm120.gateway"
 START_WAIT_S = 20.0
 STOP_WAIT_S = 10.0
+# A hold longer than this would be a pause, not a head start.
+MAX_FIRST_TOKEN_HOLD_S = 30.0
 
 
 class GatewayError(SM120Error):
@@ -94,6 +96,17 @@ def check_config(config: GatewayConfig) -> GatewayConfig:
     host = check_host(config.host)
     if config.max_awake < 0:
         raise GatewayError("--max-awake must be 0 or more", "0 lets the gateway start nothing")
+    if not 0 < config.turns.busy_share <= 1:
+        raise GatewayError(
+            f"--busy-share must be above 0 and at most 1, not {config.turns.busy_share:g}",
+            "0.5 lets a key hold half an engine's slots while another key is busy on it",
+        )
+    if not 0 <= config.turns.first_token_hold_s <= MAX_FIRST_TOKEN_HOLD_S:
+        raise GatewayError(
+            f"--first-token-hold must be 0 to {MAX_FIRST_TOKEN_HOLD_S:g} seconds, not "
+            f"{config.turns.first_token_hold_s:g}",
+            "0 turns first token first off; 1 holds a flood back at most a second",
+        )
     return dataclasses.replace(config, host=host)
 
 
@@ -152,6 +165,9 @@ def gateway_argv(config: GatewayConfig) -> list[str]:
         argv.append("--no-usage")
     if config.request_log:
         argv.append("--request-log")
+    if config.turns != TurnPolicy():
+        argv += ["--busy-share", repr(config.turns.busy_share)]
+        argv += ["--first-token-hold", repr(config.turns.first_token_hold_s)]
     return argv
 
 

@@ -6,10 +6,24 @@ of an answer exists, so a stream is either admitted whole or refused, never drop
 
 Turns: a deployment runs at most `--max-num-seqs` sequences at once; past that, vLLM queues
 requests first come, first served, so one key's 64 streams would put another key's single
-request behind all of them. The gateway admits requests to a deployment up to that number;
-while more than one key has used the deployment lately, no single key may hold the last
-quarter of its slots, and waiting requests are let in by key in turn (round-robin), not in
-arrival order. One key's flood waits behind its own share; another key's request goes on.
+request behind all of them. The gateway admits requests to a deployment up to that number,
+and waiting requests are let in by key in turn (round-robin), not in arrival order. How many
+of the C slots one key may hold (its share):
+
+  - it is the only key seen on the deployment in the last 5 minutes: all C;
+  - another key was seen there in the last 5 minutes: C - max(1, C // 4);
+  - another key is busy there now (a request in flight, or one sent in the last 30 s):
+    min(C - max(1, C // 4), max(1, floor(C * busy_share))), 32 of 64 at the default 0.5.
+    Every sequence in the engine's batch slows the step each other request's prefill and
+    first tokens share (and the engine's API server streams every one of them), so a
+    flooding key's share is what another key's time to first token pays for.
+
+First token first: when a request takes its slot while another key holds more slots than
+its own key, it waits for its first token (the answer's first Server-Sent Event) with the
+heavier keys' new requests held back, for at most `first_token_hold_s`: their prefills do
+not land in the steps its prefill needs. A key holding fewer than max(1, C // 8) slots is
+never held back, so a stream of other keys' requests cannot starve it.
+
 A deployment whose max-num-seqs is not known is not held back (its engine queues).
 """
 
@@ -22,11 +36,14 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from sm120.gateway.config import TurnPolicy
 from sm120.gateway.keys import KeyEntry
 
 WINDOW_S = 60.0
 # Keys seen on a deployment this recently share it: no one of them takes every slot.
 ACTIVE_KEY_S = 300.0
+# Keys with a request in flight, or one sent this recently, are busy on it: the busy share.
+BUSY_KEY_S = 30.0
 # A request waits this long for its turn, then is refused (429, Retry-After) before it starts.
 TURN_WAIT_S = 120.0
 
@@ -107,41 +124,76 @@ class Limits:
         use.token_sum += tokens
 
 
+def busy_share_of(capacity: int, busy_share: float) -> int:
+    """The most of `capacity` slots one key may hold while another key is busy too."""
+    reserve = capacity - max(1, capacity // 4)
+    return max(1, min(reserve, math.floor(capacity * busy_share)))
+
+
 class Turns:
     """One deployment's slots, let out by key in turn."""
 
-    def __init__(self, capacity: int | None) -> None:
+    def __init__(self, capacity: int | None, policy: TurnPolicy | None = None) -> None:
         self.capacity = capacity
+        self.policy = policy or TurnPolicy()
         self.held: dict[str, int] = {}
         self.total = 0
         self.seen: dict[str, float] = {}
         self._active = 0
+        self._busy = 0
         self._counted_at = float("-inf")
         self._seen_count = 0
         # Key -> its waiting requests, in key order of first wait (rotated as served).
         self.waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        # Requests waiting for their first token (first token first): id -> (key, deadline).
+        self.firsts: dict[int, tuple[str, float]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._last_first = 0
 
     def share(self, now: float) -> int:
         """The most slots one key may hold now."""
         assert self.capacity is not None
         if now - self._counted_at > 1.0 or len(self.seen) != self._seen_count:
-            # Counted at most once a second (or when a new key shows up), not per request.
-            edge = now - ACTIVE_KEY_S
+            # Counted at most once a second (or when a key shows up), not per request.
+            edge, busy_edge = now - ACTIVE_KEY_S, now - BUSY_KEY_S
             self._active = sum(1 for at in self.seen.values() if at > edge)
+            self._busy = sum(
+                1 for key, at in self.seen.items() if at > busy_edge or self.held.get(key, 0)
+            )
             self._counted_at, self._seen_count = now, len(self.seen)
-        active = self._active
-        if active <= 1 or self.capacity < 2:
+        if self._active <= 1 or self.capacity < 2:
             return self.capacity
+        if self._busy >= 2:
+            return busy_share_of(self.capacity, self.policy.busy_share)
         return self.capacity - max(1, self.capacity // 4)
 
     def _may_enter(self, key: str, now: float) -> bool:
         if self.capacity is None:
             return True
-        return self.total < self.capacity and self.held.get(key, 0) < self.share(now)
+        if self.total >= self.capacity or self.held.get(key, 0) >= self.share(now):
+            return False
+        return not (self.firsts and self._held_back(key, now))
+
+    def _held_back(self, key: str, now: float) -> bool:
+        """A lighter key's request waits for its first token: this heavier key waits too."""
+        assert self.capacity is not None
+        mine = self.held.get(key, 0)
+        if mine < max(1, self.capacity // 8):
+            return False
+        held_back = False
+        for token, (other, deadline) in list(self.firsts.items()):
+            if deadline <= now:
+                self.firsts.pop(token)
+            elif other != key and self.held.get(other, 0) < mine:
+                held_back = True
+        return held_back
 
     def try_enter(self, key: str, now: float | None = None) -> bool:
         """Take a slot at once when one is free for this key and nobody of it waits."""
         now = time.monotonic() if now is None else now
+        last = self.seen.get(key)
+        if last is None or now - last > BUSY_KEY_S:
+            self._counted_at = float("-inf")  # a key busy again: the shares change now
         self.seen[key] = now
         if key in self.waiting or not self._may_enter(key, now):
             return False
@@ -179,6 +231,34 @@ class Turns:
         self.held[key] = held - 1
         self.total -= 1
         self._let_in(time.monotonic())
+
+    # --- first token first ---
+    def await_first_token(self, key: str, now: float | None = None) -> int | None:
+        """A request of `key` has its slot: when another key holds more slots, it waits for
+        its first token with theirs held back. The id for `first_token`, or None."""
+        hold = self.policy.first_token_hold_s
+        if hold <= 0 or self.capacity is None or len(self.held) < 2:
+            return None
+        mine = self.held.get(key, 0)
+        if not any(n > mine for other, n in self.held.items() if other != key):
+            return None
+        now = time.monotonic() if now is None else now
+        self._last_first += 1
+        token = self._last_first
+        self.firsts[token] = (key, now + hold)
+        with contextlib.suppress(RuntimeError):  # no loop (a plain test): no timer
+            loop = asyncio.get_running_loop()
+            self._timers[token] = loop.call_later(hold, self.first_token, token)
+        return token
+
+    def first_token(self, token: int) -> None:
+        """The request's first token came (or its hold ran out, or it ended): the keys it
+        held back may go on."""
+        timer = self._timers.pop(token, None)
+        if timer is not None:
+            timer.cancel()
+        if self.firsts.pop(token, None) is not None:
+            self._let_in(time.monotonic())
 
     def _take(self, key: str) -> None:
         self.held[key] = self.held.get(key, 0) + 1
@@ -223,13 +303,14 @@ class Turns:
 class TurnTable:
     """Every deployment's turns, made as deployments are first asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: TurnPolicy | None = None) -> None:
+        self.policy = policy or TurnPolicy()
         self.by_deployment: dict[str, Turns] = {}
 
     def of(self, deployment: str, capacity: int | None) -> Turns:
         turns = self.by_deployment.get(deployment)
         if turns is None or turns.capacity != capacity:
-            turns = Turns(capacity) if turns is None else _resized(turns, capacity)
+            turns = Turns(capacity, self.policy) if turns is None else _resized(turns, capacity)
             self.by_deployment[deployment] = turns
         return turns
 

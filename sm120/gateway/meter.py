@@ -4,7 +4,7 @@ tokens by kind, refusals by reason, and usage records dropped. Served at the gat
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,9 @@ class Meter:
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.token_counts: Counter[tuple[str, str]] = Counter()
         self.refusals: Counter[tuple[str, str]] = Counter()
+        # Requests that waited for their turn on a deployment, and how long in all.
+        self.turn_waits: Counter[str] = Counter()
+        self.turn_wait_s: defaultdict[str, float] = defaultdict(float)
         # Read when rendered: the usage writer's own count of what it could not keep.
         self.dropped: Callable[[], int] = lambda: 0
 
@@ -30,6 +33,10 @@ class Meter:
 
     def refused(self, key: str, reason: str) -> None:
         self.refusals[(key, reason)] += 1
+
+    def waited(self, key: str, seconds: float) -> None:
+        self.turn_waits[key] += 1
+        self.turn_wait_s[key] += seconds
 
     def tokens(self, record: Record) -> None:
         for kind, value in (
@@ -62,6 +69,20 @@ class Meter:
         for (key, reason), n in sorted(self.refusals.items()):
             lines.append(
                 f'sm120_gateway_refused_total{{key="{_label(key)}",reason="{reason}"}} {n}'
+            )
+        lines += [
+            "# HELP sm120_gateway_turn_waits_total Requests that waited for a turn, by key.",
+            "# TYPE sm120_gateway_turn_waits_total counter",
+        ]
+        for key, n in sorted(self.turn_waits.items()):
+            lines.append(f'sm120_gateway_turn_waits_total{{key="{_label(key)}"}} {n}')
+        lines += [
+            "# HELP sm120_gateway_turn_wait_seconds_total Seconds requests waited for turns.",
+            "# TYPE sm120_gateway_turn_wait_seconds_total counter",
+        ]
+        for key, seconds in sorted(self.turn_wait_s.items()):
+            lines.append(
+                f'sm120_gateway_turn_wait_seconds_total{{key="{_label(key)}"}} {seconds:.6f}'
             )
         lines += [
             "# HELP sm120_gateway_usage_dropped_total Usage records dropped (disk, lock, queue).",

@@ -173,7 +173,7 @@ def team_of(
         private_dir(files.request_log.parent)
         log = RequestLog(files.request_log)
     writer = UsageWriter(files.usage_db if config.record_usage else None, request_log=log)
-    team = Team(ring, writer)
+    team = Team(ring, writer, policy=config.turns)
 
     def hop(record: Record) -> None:
         loop.call_soon_threadsafe(team.recorded, record)

@@ -76,7 +76,7 @@ CREATE TABLE IF NOT EXISTS daily (
 class Tap:
     """What the request path keeps of one answer as it passes: cheap per chunk."""
 
-    __slots__ = ("events", "first_at", "head", "status", "tail")
+    __slots__ = ("events", "first_at", "head", "on_first", "status", "tail")
 
     def __init__(self) -> None:
         self.events = 0  # Server-Sent Events seen: a stream without usage is counted by them
@@ -84,13 +84,19 @@ class Tap:
         self.head = b""
         self.tail = bytearray()
         self.status = 0
+        # Called once, as the first event passes (a stream's first token: first token first).
+        self.on_first: Callable[[], None] | None = None
 
     def seen(self, data: bytes) -> None:
         if not self.first_at:
             self.first_at = time.monotonic()
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
-        self.events += data.count(b"data: ")
+        events = data.count(b"data: ")
+        if events and not self.events and self.on_first is not None:
+            self.on_first()
+            self.on_first = None
+        self.events += events
         tail = self.tail
         tail += data
         if len(tail) > 2 * TAIL_BYTES:

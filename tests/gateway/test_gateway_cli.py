@@ -162,6 +162,21 @@ def test_a_taken_port_fails_before_anything_starts(cli: CliRunner, isolated_home
             "(hint: seconds a request waits for a swap, e.g. --swap-wait 600)",
         ),
         (
+            ("--busy-share", "0"),
+            "Error: --busy-share must be more than 0, got 0 "
+            "(hint: the part of an engine's slots one key may hold, e.g. --busy-share 0.5)",
+        ),
+        (
+            ("--busy-share", "1.5"),
+            "Error: --busy-share must be 1 or less, got 1.5 "
+            "(hint: the part of an engine's slots one key may hold, e.g. --busy-share 0.5)",
+        ),
+        (
+            ("--first-token-hold", "31"),
+            "Error: --first-token-hold must be 30 or less, got 31 "
+            "(hint: seconds, e.g. --first-token-hold 1 (0: off))",
+        ),
+        (
             ("--host", "192.0.2.1"),
             "Error: cannot bind 192.0.2.1 port 8808: Cannot assign requested address "
             "(hint: use an address of this machine (see 'ip addr'), e.g. 127.0.0.1 or 0.0.0.0)",

@@ -19,6 +19,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from sm120.gateway.admission import Team
+from sm120.gateway.config import TurnPolicy
 from sm120.gateway.front import Front, serving_front
 from sm120.gateway.keys import (
     RELOAD_CHECK_S,
@@ -304,7 +305,8 @@ def test_limits_count_a_minute_and_say_when_to_retry() -> None:
 # --- fair turns ---------------------------------------------------------------------------
 def test_turns_keep_a_share_for_other_keys_and_let_waiters_in_by_key() -> None:
     async def scenario() -> list[str]:
-        turns = Turns(capacity=4)
+        # The round robin alone: a busy share of 3/4 is the reserve's (C - C // 4), no hold.
+        turns = Turns(capacity=4, policy=TurnPolicy(busy_share=0.75, first_token_hold_s=0))
         order: list[str] = []
         assert turns.try_enter("bob", now=time.monotonic())  # bob has been here: two keys
         turns.leave("bob")
@@ -508,6 +510,7 @@ def test_the_metrics_are_valid_prometheus_text_with_hostile_labels() -> None:
     meter = Meter()
     meter.answered('ann"\\\n}', "tiny", 200)
     meter.refused("bob", "rpm")
+    meter.waited("bob", 0.25)
     meter.tokens(Record("ann", "tiny", "chat", 200, 0.0, prompt_tokens=5, completion_tokens=2))
     checked = subprocess.run(
         ["promtool", "check", "metrics"], input=meter.render(), capture_output=True, text=True
