@@ -57,7 +57,8 @@ KEY = "gateway-overhead-fixed-key"  # one key: vLLM's compile cache is keyed on 
 
 
 def sm120(home: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_")}
+    # The developer's SM120_* settings stay out, but for the ward's switch (a TCP engine).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM120_") or k == "SM120_WARD"}
     env.update(SM120_HOME=str(home), NO_COLOR="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "sm120", *args]
@@ -160,11 +161,19 @@ def new_session(side: Side) -> aiohttp.ClientSession:
 
 
 async def measure(args: argparse.Namespace, sides: dict[str, Side]) -> dict[str, Any]:
-    sessions = {name: new_session(side) for name, side in sides.items()}
+    if args.one_session:
+        if any(side[2] for side in sides.values()):
+            raise SystemExit("--one-session needs every side on TCP: set SM120_WARD=off")
+        # The layout of the runs before 2026-12 (issue #49's half-speed rounds): every side's
+        # connections in one client pool.
+        shared = new_session(next(iter(sides.values())))
+        sessions = dict.fromkeys(sides, shared)
+    else:
+        sessions = {name: new_session(side) for name, side in sides.items()}
     try:
         return await _measure(args, sides, sessions)
     finally:
-        for session in sessions.values():
+        for session in set(sessions.values()):
             await session.close()
 
 
@@ -198,7 +207,10 @@ async def _measure(
                 session = sessions[side]
                 if fresh:
                     await session.close()
-                    session = sessions[side] = new_session(sides[side])
+                    session = new_session(sides[side])
+                    shared = [name for name, held in sessions.items() if held is sessions[side]]
+                    for name in shared:  # one pool for every side stays one (--one-session)
+                        sessions[name] = session
                 began = time.perf_counter()
                 done = await asyncio.gather(
                     *(
@@ -288,6 +300,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"))
     parser.add_argument("--keys", type=int, default=0, help="a person's key among N (0: admin)")
+    parser.add_argument(
+        "--one-session",
+        action="store_true",
+        help="one client pool for every side, as the runs before 2026-12 (TCP sides only)",
+    )
     args = parser.parse_args()
     if not args.vllm_python:
         sys.exit("set VLLM_PYTHON (or --vllm-python) to the engine's python")

@@ -4,6 +4,8 @@ and the CPU machines skip it, saying why: vLLM's sleep mode needs CUDA's memory 
 Two GPU tiny deployments with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 behind a
 gateway with room for one: asking for the second puts the first to sleep (weights to host
 RAM, KV cache dropped) and wakes the second; the wake must take at most 10% of a cold start.
+Both are warded: their dev-mode routes answer on their unix sockets only (the gateway's, and
+this test's as the operator), never on their ports.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ def _chat(url: str, key: str, model: str) -> float:
     return time.monotonic() - began
 
 
+def _on_socket(home: Path, name: str) -> httpx.Client:
+    """A client of the deployment's engine itself, on the unix socket its state names."""
+    state = json.loads((home / "deployments" / name / "state.json").read_text())
+    assert state["engine_socket"], "the deployment is not warded"
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=state["engine_socket"]), base_url="http://e"
+    )
+
+
 def test_the_gateway_swaps_by_sleep_and_wake(tmp_path: Path) -> None:
     from sm120.engine.tiny_model import ensure_tiny_model
 
@@ -55,18 +66,22 @@ def test_the_gateway_swaps_by_sleep_and_wake(tmp_path: Path) -> None:
             )  # fmt: skip
             assert launched.returncode == 0, launched.stderr[-3000:]
             cold[name] = time.monotonic() - began
+        # The ward keeps the dev-mode routes off the port; the engine's socket has them.
+        refused = httpx.post(f"http://127.0.0.1:{ports['gpu-b']}/sleep?level=1", timeout=30)
+        assert refused.status_code == 404, refused.text
+        engines = {name: _on_socket(home, name) for name in ports}
         # As an operator would before the night: gpu-b sleeps, gpu-a serves.
-        slept = httpx.post(f"http://127.0.0.1:{ports['gpu-b']}/sleep?level=1", timeout=300)
+        slept = engines["gpu-b"].post("/sleep?level=1", timeout=300)
         assert slept.status_code == 200, slept.text
         gateway_port = free_port()
         started = sm120(home, "gateway", "start", "--port", str(gateway_port), "--max-awake", "1")
         assert started.returncode == 0, started.stderr
         url, key = f"http://127.0.0.1:{gateway_port}", (home / "gateway" / "api_key").read_text()
         _chat(url, key.strip(), "gpu-a")  # awake already: no swap
-        asleep = httpx.get(f"http://127.0.0.1:{ports['gpu-b']}/is_sleeping", timeout=30).json()
+        asleep = engines["gpu-b"].get("/is_sleeping", timeout=30).json()
         assert asleep == {"is_sleeping": True}
         wake_s = _chat(url, key.strip(), "gpu-b")  # gpu-a sleeps, gpu-b wakes
-        awake = httpx.get(f"http://127.0.0.1:{ports['gpu-a']}/is_sleeping", timeout=30).json()
+        awake = engines["gpu-a"].get("/is_sleeping", timeout=30).json()
         assert awake == {"is_sleeping": True}
         print(json.dumps({"cold_start_s": cold, "switch_s": wake_s}))
         assert wake_s <= 0.1 * cold["gpu-b"], (wake_s, cold)
