@@ -327,22 +327,6 @@ def test_status_shows_an_engines_nan_as_unknown() -> None:
     assert json.dumps(row, allow_nan=False)
 
 
-@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("stop", "demo")])
-def test_a_home_that_is_a_file_is_refused_by_reading_commands(
-    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
-) -> None:
-    home = tmp_path / "home-file"
-    home.write_text("")
-    monkeypatch.setenv("SM120_HOME", str(home))
-    code, out, err = invoke(cli, *args)
-    assert (code, out, one_line_error(err)) == (
-        2,
-        "",
-        f"Error: SM120_HOME {home} is a file, not a folder (hint: point SM120_HOME at a folder "
-        "(or unset it for ~/.local/state/sm120))",
-    )
-
-
 # --- streamed text is gathered in linear time ------------------------------------------------
 
 
