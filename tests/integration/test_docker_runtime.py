@@ -202,6 +202,67 @@ def test_launch_chat_info_stop_in_a_container(tiny_image: dict[str, Any], tmp_pa
         dockerstack.remove_containers(label)
 
 
+def test_a_warded_container_has_no_network_and_the_ward_holds_its_port(
+    tiny_image: dict[str, Any], tmp_path: Path
+) -> None:
+    """`launch --runtime docker` on the default network wards the engine: the container has
+    no network and publishes nothing, vLLM serves on the socket in the mounted 0700 folder,
+    and the ward on the host holds the port, kept by the log capture (this dockerd has no
+    bridge network at all, so nothing but the socket could reach the engine)."""
+    port = free_port()
+    label = "sm120.deployment=tiny"
+    try:
+        launched = sm120(
+            tmp_path, "launch", "tiny", "--runtime", "docker", "--port", str(port), "--yes",
+            "--timeout", "900", timeout=1500,
+        )  # fmt: skip
+        assert launched.returncode == 0, launched.stderr[-3000:]
+        state = json.loads((tmp_path / "deployments/tiny/state.json").read_text())
+        socket_path = Path(state["engine_socket"])
+        assert socket_path.is_socket() and socket_path.parent.stat().st_mode & 0o777 == 0o700
+        inspected = json.loads(subprocess.run(
+            ["docker", "inspect", state["container_id"]], capture_output=True, text=True,
+            check=True).stdout)[0]  # fmt: skip
+        assert inspected["HostConfig"]["NetworkMode"] == "none"
+        assert not inspected["HostConfig"].get("PortBindings")
+        key = (tmp_path / "deployments/tiny/api_key").read_text().strip()
+        base = f"http://127.0.0.1:{port}"
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert httpx.post(f"{base}/invocations", json=body, timeout=60).status_code == 404
+        assert httpx.get(f"{base}/v1/models", timeout=30).status_code == 401
+        auth = {"Authorization": f"Bearer {key}"}
+        chat = httpx.post(f"{base}/v1/chat/completions", json=body, headers=auth, timeout=120)
+        assert chat.status_code == 200 and chat.json()["choices"]
+        chatted = sm120(tmp_path, "chat", "hello", "--max-tokens", "4")
+        assert chatted.returncode == 0, chatted.stderr
+        capture = state["supervisor_pid"]
+        wards = [pid for pid in _children(capture) if b"sm120.engine.ward" in _cmdline(pid)]
+        assert len(wards) == 1
+        stopped = sm120(tmp_path, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert _container_ids(label) == []
+        assert not _process_alive(wards[0]), "the ward outlived the container"
+        assert not socket_path.exists()
+        assert httpx_refused(base)
+    finally:
+        dockerstack.remove_containers(label)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(child) for child in task.read_text().split()]
+    return found
+
+
+def httpx_refused(base: str) -> bool:
+    try:
+        httpx.get(f"{base}/health", timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
 def test_a_killed_container_is_relaunched_by_the_monitor(
     tiny_image: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.helpers import free_port, port_is_free
@@ -65,18 +65,20 @@ def run_json(home: Path, *args: str, timeout: float = 900) -> tuple[int, dict[st
     return result.returncode, data, result.stderr
 
 
-def reset_prefix_cache(port: int) -> None:
+def reset_prefix_cache(home: Path) -> None:
     """Empty the server's prefix cache. Prompt starts are drawn from the tiny model's 506
     ids, so a run can meet a block an earlier `vllm bench serve` run left cached (a CI run
-    met one); emptied, any hit left is a repeat of our own."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/reset_prefix_cache", method="POST")
+    met one); emptied, any hit left is a repeat of our own. A dev-mode route: the ward keeps
+    it off the deployment's port, so it goes to the engine's own socket."""
+    socket_path = (state_of(home) or {})["engine_socket"]
+    engine = httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), base_url="http://e")
 
     def reset() -> bool:
         # success false while a request still holds blocks: the run before may not have drained
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return bool(json.load(response).get("success"))
+        return bool(engine.post("/reset_prefix_cache", timeout=10).json().get("success"))
 
-    wait_for("the prefix cache reset", reset, 30)
+    with engine:
+        wait_for("the prefix cache reset", reset, 30)
 
 
 def sane_seconds(value: float | None, upper: float = 120.0) -> bool:
@@ -162,7 +164,7 @@ def test_bench_everything_by_vllm_and_everything_by_us(served: dict[str, Any]) -
     assert code == 0, err[-3000:]
     assert theirs["prefill"][0]["tool"] == "vllm bench serve"
     assert sane_seconds(theirs["prefill"][0]["ttft_s"])
-    reset_prefix_cache(served["port"])
+    reset_prefix_cache(served["home"])
     code, ours, err = run_json(
         home, "bench", "--tool", "ours", "--quick", "--lengths", "256",
         "--decode-tokens", "64", "--requests", "2", "--no-save",
