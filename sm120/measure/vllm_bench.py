@@ -100,6 +100,13 @@ def engine_exec_for(target: Target, vllm_python: str | None) -> EngineExec:
     if vllm_python:
         return NativeExec(str(checked_python(vllm_python, source="--vllm-python")))
     state = target.state
+    if state is not None and state.runtime == "docker" and state.engine_socket:
+        raise BenchToolError(
+            "a warded deployment's container has no network: vllm bench serve run inside it "
+            "cannot reach the engine",
+            "use --tool ours (it goes through the port), --vllm-python PATH for a vLLM on "
+            "this machine, or launch with --network host",
+        )
     if state is not None and state.runtime == "docker" and state.container_id:
         # The container listens on the plan's port (bridge maps it 1:1, host shares it), so
         # the same URL reaches it from inside; the image's vLLM runs the benchmark.

@@ -235,6 +235,10 @@ def test_a_warded_container_has_no_network_and_the_ward_holds_its_port(
         assert chat.status_code == 200 and chat.json()["choices"]
         chatted = sm120(tmp_path, "chat", "hello", "--max-tokens", "4")
         assert chatted.returncode == 0, chatted.stderr
+        # vllm bench serve inside a container without network could reach nothing: refused
+        bench = sm120(tmp_path, "bench", "--tool", "vllm", "--quick", "--no-save")
+        assert bench.returncode != 0
+        assert "warded deployment's container has no network" in bench.stderr
         capture = state["supervisor_pid"]
         wards = [pid for pid in _children(capture) if b"sm120.engine.ward" in _cmdline(pid)]
         assert len(wards) == 1

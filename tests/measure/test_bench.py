@@ -709,6 +709,11 @@ def test_engine_exec_seams(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     container = dataclasses.replace(_state("docker"), container_id="0123456789abcdef0123")
     docker = Target(**{**target().__dict__, "state": container, "engine_python": "/opt/v/python"})
     assert engine_exec_for(docker, None) == ContainerExec("0123456789ab", python="/opt/v/python")
+    # a warded container has no network: nothing inside it could reach the engine
+    warded = Target(**{**docker.__dict__, "state": dataclasses.replace(
+        container, engine_socket="/s/api.sock")})  # fmt: skip
+    with pytest.raises(BenchToolError, match="warded deployment's container has no network"):
+        engine_exec_for(warded, None)
     # another runtime with no way in yet
     cluster = Target(**{**target().__dict__, "state": _state("cluster")})
     with pytest.raises(BenchToolError) as caught:
