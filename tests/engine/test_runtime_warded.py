@@ -92,6 +92,8 @@ def test_the_port_is_the_wards_and_the_engine_has_only_its_socket(
         assert ok.json() == {"path": "/v1/models"}
         folder = Path(spec.engine_socket or "").parent
         assert folder.stat().st_mode & 0o777 == 0o700
+        # the engine runs under umask 077: its socket (and what else it makes) is ours alone
+        assert Path(spec.engine_socket or "").stat().st_mode & 0o077 == 0
     finally:
         runtime.stop(state, timeout=5)
     assert processes_in_group(state.supervisor_pid) == []

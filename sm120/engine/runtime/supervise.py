@@ -159,7 +159,7 @@ def run(
         write_exit_file(exit_file, exit_record(EXEC_FAILED))
         return EXEC_FAILED
     try:
-        child = _start_child(argv, pump)
+        child = _start_child(argv, pump, warded=keeper is not None)
     except OSError as exc:
         message = f"sm120 supervise: cannot start {argv[0]}: {exc}"
         if pump is not None:
@@ -185,11 +185,19 @@ def run(
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _start_child(argv: list[str], pump: OutputPump | None) -> subprocess.Popen[bytes]:
+# A warded engine's files are this user's alone: its API socket (in a 0700 folder already)
+# and the ZMQ IPC sockets vLLM makes in /tmp, which other users could otherwise open.
+WARDED_UMASK = 0o077
+
+
+def _start_child(
+    argv: list[str], pump: OutputPump | None, *, warded: bool = False
+) -> subprocess.Popen[bytes]:
+    umask = WARDED_UMASK if warded else -1  # -1: the supervisor's own, as before
     if pump is None:
         # Inherits stdout/stderr: the caller pointed them somewhere.
-        return subprocess.Popen(argv)
-    return subprocess.Popen(argv, stdout=pump.write_fd, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, umask=umask)
+    return subprocess.Popen(argv, stdout=pump.write_fd, stderr=subprocess.STDOUT, umask=umask)
 
 
 def _print_note(text: str) -> None:
