@@ -96,6 +96,15 @@ def engine_socket_path(name: str, *, create: bool = True) -> Path:
     return folder / SOCKET_NAME
 
 
+def remove_engine_socket(path: str) -> None:
+    """The socket a stopped engine left behind, and its folder once empty (the next start
+    makes both again)."""
+    socket = Path(path)
+    socket.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty, or already gone
+        socket.parent.rmdir()
+
+
 def _private_tmp(create: bool) -> Path:
     base = Path(tempfile.gettempdir()) / f"sm120-{os.getuid()}"
     if create:

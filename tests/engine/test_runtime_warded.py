@@ -98,6 +98,7 @@ def test_the_port_is_the_wards_and_the_engine_has_only_its_socket(
         runtime.stop(state, timeout=5)
     assert processes_in_group(state.supervisor_pid) == []
     assert not Path(spec.engine_socket or "").exists()
+    assert not Path(spec.engine_socket or "").parent.exists()  # its folder goes with it
     assert port_is_free(port)
 
 

@@ -20,7 +20,13 @@ from sm120.engine.runtime.base import ExitInfo, LaunchSpec, RuntimeStatus
 from sm120.engine.runtime.docker_logs import exit_record
 from sm120.engine.runtime.native import EXIT_FILE, ExitFileAndLog
 from sm120.engine.runtime.processes import RecordedProcess, start_ticks
-from sm120.engine.state import DeploymentState, deployment_dir, save_state, write_private_atomically
+from sm120.engine.state import (
+    DeploymentState,
+    deployment_dir,
+    remove_engine_socket,
+    save_state,
+    write_private_atomically,
+)
 from sm120.engine.ward import ward_argv
 
 RUNTIME_NAME = "docker"
@@ -119,7 +125,7 @@ class DockerRuntime(ExitFileAndLog):
             container.remove(force=True)
         _stop_capture(state)
         if state.engine_socket:
-            Path(state.engine_socket).unlink(missing_ok=True)  # the engine's, left behind
+            remove_engine_socket(state.engine_socket)  # the engine's, left behind
         return info
 
     def status(self, state: DeploymentState) -> RuntimeStatus:

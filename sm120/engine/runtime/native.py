@@ -31,7 +31,14 @@ from sm120.engine.runtime.processes import (
     find_child_pid,
     start_ticks,
 )
-from sm120.engine.state import DeploymentState, deployment_dir, load_state, private_dir, save_state
+from sm120.engine.state import (
+    DeploymentState,
+    deployment_dir,
+    load_state,
+    private_dir,
+    remove_engine_socket,
+    save_state,
+)
 from sm120.engine.ward import WARD_MODULE, ward_argv
 
 SUPERVISOR_MODULE = "sm120.engine.runtime.supervise"
@@ -130,7 +137,7 @@ class NativeRuntime(ExitFileAndLog):
                 _kill_group(group)
         if state.engine_socket and not live_members(group):
             # vLLM leaves its socket file behind; the next start would have to remove it.
-            Path(state.engine_socket).unlink(missing_ok=True)
+            remove_engine_socket(state.engine_socket)
         return self.exit_info(state)
 
     def status(self, state: DeploymentState) -> RuntimeStatus:
