@@ -96,6 +96,16 @@ def engine_socket_path(name: str, *, create: bool = True) -> Path:
     return folder / SOCKET_NAME
 
 
+def prepare_engine_socket(path: str) -> None:
+    """Before an engine starts on `path`: its 0700 folder there (a stop removed it; a relaunch
+    from a saved spec comes back to it) and no stale socket in it (the engine's bind would
+    fail)."""
+    socket = Path(path)
+    socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _refuse_foreign(socket.parent)
+    socket.unlink(missing_ok=True)
+
+
 def remove_engine_socket(path: str) -> None:
     """The socket a stopped engine left behind, and its folder once empty (the next start
     makes both again)."""

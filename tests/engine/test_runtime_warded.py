@@ -163,3 +163,17 @@ def _ward_pid(supervisor: int, not_: int = 0) -> int:
         if b"\0-m\0sm120.engine.ward\0" in command and pid != not_:
             return pid
     return 0
+
+
+def test_a_warded_spec_starts_again_after_a_stop(runtime: NativeRuntime, tmp_path: Path) -> None:
+    """`stop` removes the socket's folder; the monitor's relaunch starts the saved spec again,
+    which makes it anew (a ward that found no folder would end the relaunch)."""
+    port = free_port()
+    spec = warded_spec(tmp_path, port)
+    for _ in range(2):
+        state = runtime.start(spec, tmp_path / "logs" / "serve.log")
+        try:
+            wait_for(lambda: _status(f"http://127.0.0.1:{port}/health") == 200, timeout=30)
+        finally:
+            runtime.stop(state, timeout=5)
+        assert not Path(spec.engine_socket or "").parent.exists()

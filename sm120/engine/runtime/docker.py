@@ -23,6 +23,7 @@ from sm120.engine.runtime.processes import RecordedProcess, start_ticks
 from sm120.engine.state import (
     DeploymentState,
     deployment_dir,
+    prepare_engine_socket,
     remove_engine_socket,
     save_state,
     write_private_atomically,
@@ -63,7 +64,7 @@ class DockerRuntime(ExitFileAndLog):
         ward = None
         if spec.engine_socket is not None:
             # A socket left by a killed run would fail the engine's bind.
-            Path(spec.engine_socket).unlink(missing_ok=True)
+            prepare_engine_socket(spec.engine_socket)
             ward = ward_argv(sys.executable, spec.host, spec.port, spec.engine_socket,
                              spec.api_key_file)  # fmt: skip
         started_at = time.time()

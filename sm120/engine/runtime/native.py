@@ -35,6 +35,7 @@ from sm120.engine.state import (
     DeploymentState,
     deployment_dir,
     load_state,
+    prepare_engine_socket,
     private_dir,
     remove_engine_socket,
     save_state,
@@ -208,7 +209,7 @@ def _ward_options(spec: LaunchSpec) -> list[str]:
     bind would fail)."""
     if spec.engine_socket is None:
         return []
-    Path(spec.engine_socket).unlink(missing_ok=True)
+    prepare_engine_socket(spec.engine_socket)
     command = ward_argv(sys.executable, spec.host, spec.port, spec.engine_socket,
                         spec.api_key_file)  # fmt: skip
     return ["--ward-command", json.dumps(command)]
